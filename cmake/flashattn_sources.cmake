@@ -1,0 +1,45 @@
+# The library target: API + validation, the CPU backend, and (with CUDA) the GPU code.
+file(GLOB FLASHATTN_API_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/api/*.cpp)
+file(GLOB FLASHATTN_CPU_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cpu/*.cpp)
+
+add_library(flashattn STATIC ${FLASHATTN_API_SOURCES} ${FLASHATTN_CPU_SOURCES})
+add_library(flashattn::flashattn ALIAS flashattn)
+target_include_directories(flashattn
+  PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
+  PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(flashattn PUBLIC Threads::Threads)
+target_compile_options(flashattn PRIVATE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O3 -march=x86-64-v2>)
+
+# Internal headers for tests and the benchmark (they reach the CPU reference and src/common).
+add_library(flashattn_internal INTERFACE)
+target_include_directories(flashattn_internal INTERFACE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(flashattn_internal INTERFACE flashattn)
+
+if(FLASHATTN_WITH_CUDA)
+  file(GLOB FLASHATTN_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
+  target_sources(flashattn PRIVATE ${FLASHATTN_CUDA_SOURCES})
+  target_compile_definitions(flashattn PUBLIC FLASHATTN_WITH_CUDA=1)
+  # Static cudart: the library loads on machines without a GPU or a CUDA runtime installed.
+  target_link_libraries(flashattn PUBLIC CUDA::cudart_static)
+  target_compile_options(flashattn PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${FLASHATTN_CUDA_GENCODE} -Xptxas=-warn-spills --expt-relaxed-constexpr>)
+endif()
+
+include(GNUInstallDirs)
+install(TARGETS flashattn EXPORT flashattnTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/flashattn DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT flashattnTargets NAMESPACE flashattn:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/flashattn)
+include(CMakePackageConfigHelpers)
+file(WRITE ${PROJECT_BINARY_DIR}/flashattnConfig.cmake.in
+  "@PACKAGE_INIT@\ninclude(CMakeFindDependencyMacro)\nfind_dependency(Threads)\n"
+  "if(@FLASHATTN_WITH_CUDA@)\n  find_dependency(CUDAToolkit)\nendif()\n"
+  "include(\${CMAKE_CURRENT_LIST_DIR}/flashattnTargets.cmake)\n")
+configure_package_config_file(${PROJECT_BINARY_DIR}/flashattnConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/flashattnConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/flashattn)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/flashattnConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/flashattnConfig.cmake ${PROJECT_BINARY_DIR}/flashattnConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/flashattn)

@@ -1,0 +1,86 @@
+// Which keys a query row may attend to: sequence bounds, causal and sliding-window masks.
+// One definition for every backend. Masks are aligned to the bottom-right corner of the
+// seqlen_q x seqlen_k score matrix: the diagonal of row i is key i + seqlen_k - seqlen_q.
+// Causal is the window (left = -1, right = 0); -1 means unbounded on that side.
+#pragma once
+
+#include <cstdint>
+
+#include "common/host_device.h"
+
+namespace flashattn {
+
+struct MaskParams {
+  int window_left = -1;
+  int window_right = -1;
+};
+
+FA_HD int64_t diagonal_key(int64_t row, int64_t seqlen_q, int64_t seqlen_k) {
+  return row + seqlen_k - seqlen_q;
+}
+
+FA_HD bool key_visible(MaskParams m, int64_t row, int64_t key, int64_t seqlen_q, int64_t seqlen_k) {
+  if (key < 0 || key >= seqlen_k) return false;
+  const int64_t diag = diagonal_key(row, seqlen_q, seqlen_k);
+  if (m.window_right >= 0 && key > diag + m.window_right) return false;
+  if (m.window_left >= 0 && key < diag - m.window_left) return false;
+  return true;
+}
+
+// Half-open range of keys visible to at least one row of [row_begin, row_end).
+struct KeyRange {
+  int64_t begin, end;
+  FA_HD bool empty() const { return begin >= end; }
+};
+
+FA_HD KeyRange visible_keys(MaskParams m, int64_t row_begin, int64_t row_end, int64_t seqlen_q,
+                            int64_t seqlen_k) {
+  int64_t begin = 0, end = seqlen_k;
+  if (row_begin >= row_end) return {0, 0};
+  if (m.window_left >= 0) {
+    const int64_t b = diagonal_key(row_begin, seqlen_q, seqlen_k) - m.window_left;
+    begin = b > 0 ? b : 0;
+  }
+  if (m.window_right >= 0) {
+    const int64_t e = diagonal_key(row_end - 1, seqlen_q, seqlen_k) + m.window_right + 1;
+    end = e < seqlen_k ? e : seqlen_k;
+  }
+  if (end < begin) end = begin;
+  return {begin, end};
+}
+
+// Half-open range of query rows that see at least one key of [key_begin, key_end)
+// (the transpose of visible_keys, used by the backward pass over key blocks).
+FA_HD KeyRange visible_rows(MaskParams m, int64_t key_begin, int64_t key_end, int64_t seqlen_q,
+                            int64_t seqlen_k) {
+  if (key_begin >= key_end) return {0, 0};
+  int64_t begin = 0, end = seqlen_q;
+  const int64_t shift = seqlen_k - seqlen_q;  // row i has diagonal key i + shift
+  if (m.window_right >= 0) {
+    // key <= i + shift + right  <=>  i >= key - shift - right
+    const int64_t b = key_begin - shift - m.window_right;
+    begin = b > 0 ? b : 0;
+  }
+  if (m.window_left >= 0) {
+    // key >= i + shift - left  <=>  i <= key + left - shift
+    const int64_t e = (key_end - 1) + m.window_left - shift + 1;
+    end = e < seqlen_q ? e : seqlen_q;
+  }
+  if (end < begin) end = begin;
+  return {begin, end};
+}
+
+// True when every (row, key) of the tile is visible, so the tile needs no per-element mask.
+FA_HD bool tile_fully_visible(MaskParams m, int64_t row_begin, int64_t row_end, int64_t key_begin,
+                              int64_t key_end, int64_t seqlen_q, int64_t seqlen_k) {
+  if (key_begin < 0 || key_end > seqlen_k || row_begin >= row_end) return false;
+  // The most restrictive corners: the top row's right limit and the bottom row's left limit.
+  if (m.window_right >= 0 &&
+      key_end - 1 > diagonal_key(row_begin, seqlen_q, seqlen_k) + m.window_right)
+    return false;
+  if (m.window_left >= 0 && key_begin < diagonal_key(row_end - 1, seqlen_q, seqlen_k) - m.window_left)
+    return false;
+  return true;
+}
+
+}  // namespace flashattn

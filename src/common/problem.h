@@ -1,0 +1,64 @@
+// A validated attention call, normalised for the backends: every storage form (dense, varlen,
+// paged, batch-indexed cache) reduced to RowsViews and per-sequence lengths, every option to
+// plain numbers. Built by src/api from the public parameters; backends never see TensorViews.
+#pragma once
+
+#include <cstdint>
+
+#include "common/host_device.h"
+#include "common/mask.h"
+#include "common/rows.h"
+#include "common/score.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn {
+
+struct SeqLens {
+  int64_t seqlen_q = 0;  // dense length, or an upper bound (max_seqlen) with varlen
+  int64_t seqlen_k = 0;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_k = nullptr;      // overrides the key length of each sequence
+  const int32_t* cache_seqlens = nullptr;  // KV cache: keys = cache_seqlens[b] + seqlen_k_added
+  int64_t seqlen_k_added = 0;
+
+  FA_HD int64_t q(int64_t b) const {
+    return cu_seqlens_q != nullptr ? int64_t(cu_seqlens_q[b + 1]) - cu_seqlens_q[b] : seqlen_q;
+  }
+  FA_HD int64_t k(int64_t b) const {
+    if (seqused_k != nullptr) return seqused_k[b];
+    if (cache_seqlens != nullptr) return int64_t(cache_seqlens[b]) + seqlen_k_added;
+    return cu_seqlens_k != nullptr ? int64_t(cu_seqlens_k[b + 1]) - cu_seqlens_k[b] : seqlen_k;
+  }
+};
+
+struct AttnProblem {
+  DType dtype = DType::F16;      // q, k, v
+  DType out_dtype = DType::F16;  // out (and dq/dk/dv)
+  int64_t batch = 0, heads_q = 0, heads_k = 0, head_dim = 0, head_dim_v = 0;
+  RowsView q, k, v, out;
+  LseView lse;  // optional in forward (data == nullptr), required in backward
+  SeqLens lens;
+  ScoreParams score;
+  MaskParams mask;
+  const float* alibi_slopes = nullptr;  // slope of (b, h) at alibi_slopes[b * alibi_batch_stride + h]
+  int64_t alibi_batch_stride = 0;
+  float dropout_p = 0.f;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+  int num_splits = 1;  // forward: 0 = choose, 1 = off, > 1 = split-KV then combine
+
+  FA_HD int64_t kv_head(int64_t head_q) const { return head_q / (heads_q / heads_k); }
+  FA_HD float alibi_slope(int64_t b, int64_t h) const {
+    return alibi_slopes != nullptr ? alibi_slopes[b * alibi_batch_stride + h] : 0.f;
+  }
+};
+
+// Backward adds dout and the gradients; out, lse and the options are those of the forward.
+struct BwdProblem {
+  AttnProblem fwd;
+  RowsView dout, dq, dk, dv;
+  DType dout_dtype = DType::F16;
+  bool deterministic = false;
+};
+
+}  // namespace flashattn
