@@ -2,6 +2,15 @@
 file(GLOB FLASHATTN_API_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/api/*.cpp)
 file(GLOB FLASHATTN_CPU_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cpu/*.cpp)
 
+# The CPU backend's tile loops vectorise; native code is the default because the library is built
+# where it runs (tools/run.sh). Turn it off for binaries that travel (wheels, packages).
+option(FLASHATTN_NATIVE "Compile the CPU backend for this machine's CPU (-march=native)" ON)
+if(FLASHATTN_NATIVE)
+  set(FLASHATTN_CPU_ARCH_FLAG -march=native)
+else()
+  set(FLASHATTN_CPU_ARCH_FLAG -march=x86-64-v2)
+endif()
+
 add_library(flashattn STATIC ${FLASHATTN_API_SOURCES} ${FLASHATTN_CPU_SOURCES})
 add_library(flashattn::flashattn ALIAS flashattn)
 target_include_directories(flashattn
@@ -10,7 +19,8 @@ target_include_directories(flashattn
 target_link_libraries(flashattn PUBLIC Threads::Threads)
 target_compile_options(flashattn PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O3 -march=x86-64-v2>)
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O3>
+  $<$<COMPILE_LANGUAGE:CXX>:${FLASHATTN_CPU_ARCH_FLAG}>)
 
 # Internal headers for tests and the benchmark (they reach the CPU reference and src/common).
 add_library(flashattn_internal INTERFACE)

@@ -1,0 +1,76 @@
+// The tile-level building blocks of the CPU FlashAttention path: tile loads, the small matrix
+// products (written so the innermost loop runs over contiguous floats and vectorises), the score
+// transform with masking, and a vectorisable exp2.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "common/mask.h"
+#include "common/problem.h"
+
+namespace flashattn::cpu {
+
+inline constexpr int kBlockM = 64;  // query rows per tile
+inline constexpr int kBlockN = 64;  // keys per tile
+
+// 2^x with ~1 ulp error for x <= 0; exactly 0 below -126 (so masked -inf logits give 0).
+inline float exp2_tile(float x) {
+  const bool underflow = x < -126.f;
+  const bool is_nan = x != x;
+  float xc = underflow ? -126.f : (x > 127.f ? 127.f : x);
+  const float n = std::floor(xc + 0.5f);
+  const float t = (xc - n) * 0.693147180559945f;  // 2^f = e^(f ln2), |f| <= 1/2
+  float p = 1.f / 5040.f;
+  p = p * t + 1.f / 720.f;
+  p = p * t + 1.f / 120.f;
+  p = p * t + 1.f / 24.f;
+  p = p * t + 1.f / 6.f;
+  p = p * t + 0.5f;
+  p = p * t + 1.f;
+  p = p * t + 1.f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  const float r = underflow ? 0.f : p * scale;
+  return is_nan ? x : r;
+}
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// Loads rows [row0, row0 + rows) of (b, head) as float, row r at dst + r * ld; rows beyond
+// `rows` up to `pad_rows` are zero-filled.
+void load_tile(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0, int rows,
+               int64_t dim, float* dst, int64_t ld, int pad_rows = 0);
+// Same rows, stored transposed: element (r, c) at dst[c * ld + r]; columns rows..ld-1 zeroed.
+void load_tile_transposed(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0,
+                          int rows, int64_t dim, float* dst, int64_t ld, float* row_buffer);
+
+// c[i][j] = sum_k a[i][k] * bt[k][j]      (a: rows x kdim, bt: kdim x cols, k-major)
+void matmul_kmajor(const float* a, int64_t lda, int rows, int64_t kdim, const float* bt, int64_t ldb,
+                   int cols, float* c, int64_t ldc);
+// c[i][n] += sum_j p[i][j] * b[j][n]      (p: rows x cols, b: cols x n)
+void matmul_accumulate(const float* p, int64_t ldp, int rows, int cols, const float* b, int64_t ldb,
+                       int64_t n, float* c, int64_t ldc);
+// c[j][n] += sum_i p[i][j] * b[i][n]      (the transpose of p times b)
+void matmul_accumulate_at(const float* p, int64_t ldp, int rows, int cols, const float* b,
+                          int64_t ldb, int64_t n, float* c, int64_t ldc);
+
+// Where a tile sits in its sequence.
+struct TileCoords {
+  int64_t batch, head;       // head: query head
+  int64_t row0, key0;        // first query row and first key of the tile
+  int rows, keys;
+  int64_t seqlen_q, seqlen_k;
+};
+
+// Turns raw dot products s[i][j] (i < rows, j < keys) into logits in place: scale or softcap,
+// ALiBi, and -inf where the mask hides the key. With grad_factor, also stores d logit / d s.
+void scores_to_logits(const AttnProblem& problem, const TileCoords& tile, float* s, int64_t lds,
+                      float* grad_factor);
+
+// Multiplies p[i][j] by the dropout keep mask / (1 - p_drop); dropped entries become 0.
+void apply_dropout(const AttnProblem& problem, const TileCoords& tile, float* p, int64_t ldp);
+
+}  // namespace flashattn::cpu
