@@ -19,6 +19,18 @@ class HostTensor {
   HostTensor(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
     bytes_.assign(size_t(numel()) * dtype_size(dtype_) + 64, 0);
   }
+  // Copies keep the data, not the raw buffer: the aligned start may sit elsewhere in the copy.
+  HostTensor(const HostTensor& other) : dtype_(other.dtype_), shape_(other.shape_) {
+    bytes_.assign(other.bytes_.size(), 0);
+    if (!shape_.empty()) std::memcpy(data(), other.data(), size_t(numel()) * dtype_size(dtype_));
+  }
+  HostTensor& operator=(const HostTensor& other) {
+    if (this != &other) *this = HostTensor(other);
+    return *this;
+  }
+  HostTensor(HostTensor&&) = default;
+  HostTensor& operator=(HostTensor&&) = default;
+
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t s : shape_) n *= s;
@@ -48,7 +60,7 @@ class HostTensor {
   float get(int64_t i) const { return cpu::load_element(data(), i, dtype_); }
   void set(int64_t i, float x) { cpu::store_element(data(), i, dtype_, x); }
   std::vector<float> to_float() const {
-    std::vector<float> out(size_t(numel()));
+    std::vector<float> out(static_cast<size_t>(numel()));
     for (int64_t i = 0; i < numel(); ++i) out[size_t(i)] = get(i);
     return out;
   }

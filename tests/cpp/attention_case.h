@@ -1,0 +1,78 @@
+// One attention test case: shapes, features and the tensors for it, runnable through the public
+// API (any backend) and through the naive reference, with the tolerance rule of the project:
+//   max|fast - ref64| <= 2 * max|same_precision_ref - ref64| + floor
+// (ref64: the naive reference in double; same_precision_ref: the naive reference that rounds like
+// a framework computing in the input dtype).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flashattn/flashattn.h"
+#include "test_util.h"
+
+namespace flashattn::test {
+
+struct AttentionCase {
+  int batch = 2;
+  int seqlen_q = 64, seqlen_k = 64;
+  int heads_q = 2, heads_k = 2;
+  int head_dim = 64;
+  int head_dim_v = 0;  // 0 = head_dim
+  DType dtype = DType::BF16;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.f;
+  int alibi = 0;  // 0 off, 1 slopes (heads_q), 2 slopes (batch, heads_q)
+  float dropout_p = 0.f;
+  std::vector<int> varlen_q, varlen_k;  // non-empty: varlen layout with these lengths
+  std::vector<int> seqused_k;           // non-empty: keys used per sequence
+  int num_splits = 1;
+  uint64_t seed = 1;
+
+  int dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  bool varlen() const { return !varlen_q.empty(); }
+  std::string name() const;
+};
+
+// Errors of the fast path and of the same-precision reference against the float64 reference.
+struct Errors {
+  double fast = 0, same_precision = 0, reference_max = 0;
+};
+
+struct FwdResult {
+  Errors out, lse;
+};
+struct BwdResult {
+  Errors dq, dk, dv;
+};
+
+// The tensors of a case with fresh random data; runs everything above.
+class AttentionRun {
+ public:
+  explicit AttentionRun(const AttentionCase& c);
+
+  FwdParams fwd_params(TensorView out, TensorView lse, Backend backend) const;
+  BwdParams bwd_params(TensorView dq, TensorView dk, TensorView dv, Backend backend) const;
+
+  // Runs the forward on `backend` and the two references; fails the test on API errors.
+  FwdResult check_fwd(Backend backend);
+  // Runs the backward (after a forward on the same backend) and the two references.
+  BwdResult check_bwd(Backend backend);
+
+  const AttentionCase& config() const { return c_; }
+  HostTensor q, k, v, dout, alibi_slopes, cu_q, cu_k, seqused;
+  HostTensor out, lse;  // from the last check_fwd
+
+ private:
+  std::vector<int64_t> qkv_shape(bool is_q, int dim) const;
+  AttentionCase c_;
+  int total_q_ = 0, total_k_ = 0, max_q_ = 0, max_k_ = 0;
+};
+
+// The tolerance rule; floor is absolute.
+void expect_within(const Errors& e, double factor, double floor, const std::string& what);
+
+}  // namespace flashattn::test
