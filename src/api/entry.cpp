@@ -1,0 +1,183 @@
+// The entry points: validate, choose the backend, run it. Every failure comes back as a Status;
+// an exception escaping a backend becomes ErrorCode::Internal instead of crossing the API.
+#include <exception>
+#include <string>
+
+#include "api/rules.h"
+#include "api/validate.h"
+#include "cpu/cpu_backend.h"
+
+namespace flashattn {
+
+namespace {
+
+using api::invalid_argument;
+using api::unsupported;
+
+// Where a call runs, once the requested Backend and the tensors' device are reconciled.
+enum class Target { Cpu, Fa2, Fa3 };
+
+const char* target_name(Target target) {
+  switch (target) {
+    case Target::Cpu: return "cpu";
+    case Target::Fa2: return "fa2";
+    case Target::Fa3: return "fa3";
+  }
+  return "unknown";
+}
+
+// Picks the backend for tensors living where `placement` lives (all tensors share its device:
+// validation checked that). `placement_name` names that tensor in errors.
+Status choose_target(Backend requested, const TensorView& placement, [[maybe_unused]] const char* placement_name,
+                     Target* target) {
+  if (placement.device == DeviceType::Cpu) {
+    if (requested == Backend::Auto || requested == Backend::Cpu) {
+      *target = Target::Cpu;
+      return {};
+    }
+    return invalid_argument("backend",
+                            std::string("the ") + backend_name(requested) +
+                                " backend runs CUDA kernels and needs CUDA tensors",
+                            "host tensors");
+  }
+  if (requested == Backend::Cpu)
+    return invalid_argument("backend", "the CPU backend needs host tensors",
+                            "tensors on " + api::device_string(placement));
+#if defined(FLASHATTN_WITH_CUDA)
+  const DeviceInfo info = device_info(placement.device_index);
+  if (info.device < 0)
+    return invalid_argument(placement_name,
+                            "must be on a visible CUDA device (" + std::to_string(info.device_count) + " visible)",
+                            api::device_string(placement));
+  const std::string arch = "sm" + std::to_string(info.sm_major) + std::to_string(info.sm_minor);
+  const std::string where = api::device_string(placement) + " (" + info.name + ") is " + arch;
+  if (requested == Backend::Fa3 && info.sm_major != 9)
+    return unsupported("backend", "fa3 needs an sm90 GPU (Hopper); " + where);
+  if (info.sm_major < 8) return unsupported("backend", "the CUDA backends need an sm80 or newer GPU; " + where);
+  if (requested == Backend::Fa3 || (requested == Backend::Auto && info.sm_major == 9))
+    *target = Target::Fa3;
+  else
+    *target = Target::Fa2;
+  return {};
+#else
+  return unsupported("backend",
+                     "the FA2/FA3 CUDA kernels are not in this build (it was configured without CUDA), "
+                     "so tensors on " + api::device_string(placement) + " cannot be used");
+#endif
+}
+
+// A GPU backend whose kernels are not compiled in yet. When they land, the run_* functions
+// below call them instead: one line per entry point.
+Status kernels_not_built(Target target) {
+  return unsupported("backend", std::string("the FA2/FA3 CUDA kernels are not in this build yet (") +
+                                    target_name(target) + " was chosen for these CUDA tensors)");
+}
+
+Status run_fwd(Target target, const AttnProblem& problem, void* /*stream*/) {
+  switch (target) {
+    case Target::Cpu: return cpu::fwd(problem);
+    case Target::Fa2:
+    case Target::Fa3: break;
+  }
+  return kernels_not_built(target);
+}
+
+Status run_bwd(Target target, const BwdProblem& problem, void* /*stream*/) {
+  switch (target) {
+    case Target::Cpu: return cpu::bwd(problem);
+    case Target::Fa2:
+    case Target::Fa3: break;
+  }
+  return kernels_not_built(target);
+}
+
+Status run_fwd_kvcache(Target target, const KvCacheProblem& problem, void* /*stream*/) {
+  switch (target) {
+    case Target::Cpu: return cpu::fwd_kvcache(problem);
+    case Target::Fa2:
+    case Target::Fa3: break;
+  }
+  return kernels_not_built(target);
+}
+
+Status run_combine(Target target, const CombineProblem& problem, void* /*stream*/) {
+  switch (target) {
+    case Target::Cpu: return cpu::combine(problem);
+    case Target::Fa2:
+    case Target::Fa3: break;
+  }
+  return kernels_not_built(target);
+}
+
+// Runs an entry point's body; exceptions (bad_alloc in a backend, a bug) become Internal.
+template <typename Body>
+Status guarded(const char* entry, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return Status::error(ErrorCode::Internal, "", std::string(entry) + ": internal error: " + e.what());
+  } catch (...) {
+    return Status::error(ErrorCode::Internal, "", std::string(entry) + ": internal error: unknown exception");
+  }
+}
+
+}  // namespace
+
+Status fwd(const FwdParams& params) {
+  return guarded("fwd", [&]() -> Status {
+    AttnProblem problem;
+    FA_CHECK(api::make_fwd_problem(params, &problem));
+    Target target{};
+    FA_CHECK(choose_target(params.backend, params.q, "q", &target));
+    if (params.out.numel() == 0) return {};  // no query rows: nothing to write
+    return run_fwd(target, problem, params.stream);
+  });
+}
+
+Status bwd(const BwdParams& params) {
+  return guarded("bwd", [&]() -> Status {
+    BwdProblem problem;
+    FA_CHECK(api::make_bwd_problem(params, &problem));
+    Target target{};
+    FA_CHECK(choose_target(params.backend, params.q, "q", &target));
+    // Keys without queries still get (zero) gradients, so only a call without any is empty.
+    if (params.dq.numel() == 0 && params.dk.numel() == 0 && params.dv.numel() == 0) return {};
+    return run_bwd(target, problem, params.stream);
+  });
+}
+
+Status fwd_kvcache(const KvCacheParams& params) {
+  return guarded("fwd_kvcache", [&]() -> Status {
+    KvCacheProblem problem;
+    FA_CHECK(api::make_kvcache_problem(params, &problem));
+    Target target{};
+    FA_CHECK(choose_target(params.backend, params.q, "q", &target));
+    // Appending keys is work even without query rows.
+    if (params.out.numel() == 0 && params.k_new.numel() == 0) return {};
+    return run_fwd_kvcache(target, problem, params.stream);
+  });
+}
+
+Status combine(const CombineParams& params) {
+  return guarded("combine", [&]() -> Status {
+    CombineProblem problem;
+    FA_CHECK(api::make_combine_problem(params, &problem));
+    Target target{};
+    FA_CHECK(choose_target(params.backend, params.out_partial, "out_partial", &target));
+    if (params.out.numel() == 0) return {};
+    return run_combine(target, problem, params.stream);
+  });
+}
+
+Status dropout_mask(const DropoutMaskParams& params) {
+  return guarded("dropout_mask", [&]() -> Status {
+    FA_CHECK(api::validate_dropout_mask(params));
+    const TensorView& mask = params.mask;
+    if (mask.numel() == 0) return {};
+    cpu::dropout_mask(params, mask.shape[0], mask.shape[1], mask.shape[2], mask.shape[3],
+                      static_cast<uint8_t*>(mask.data));
+    return {};
+  });
+}
+
+}  // namespace flashattn

@@ -1,0 +1,179 @@
+// The validation rules, one function per rule. Each returns ok or an error naming the argument,
+// the rule and the offending value:  argument 'k': <rule>, got <value>
+// validate.cpp composes them into the checks of each entry point; the order there matters only
+// in that a rule may assume the ones before it passed (a content check assumes dtype int32, a
+// contiguous layout and a non-null pointer).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "flashattn/flashattn.h"
+
+// Returns the Status of expr from the enclosing function when it is an error.
+#define FA_CHECK(expr)                                   \
+  do {                                                   \
+    if (Status fa_status_ = (expr); !fa_status_.ok()) {  \
+      return fa_status_;                                 \
+    }                                                    \
+  } while (0)
+
+namespace flashattn::api {
+
+// ---------------------------------------------------------------------------------------------
+// Building errors and printing values
+// ---------------------------------------------------------------------------------------------
+Status invalid_argument(std::string_view argument, std::string_view rule, std::string_view got);
+Status unsupported(std::string_view argument, std::string_view reason);
+
+std::string shape_string(const TensorView& t);    // "[2, 16, 4, 64]"
+std::string strides_string(const TensorView& t);  // "[4096, 256, 64, 1]"
+std::string device_string(DeviceType device, int index);  // "cpu", "cuda:1"
+std::string device_string(const TensorView& t);
+std::string float_string(float value);
+
+// ---------------------------------------------------------------------------------------------
+// A view is well formed: readable shape and strides, sizes that fit in int64. Every given view
+// passes these first, so later rules can compute spans and offsets without overflow.
+// ---------------------------------------------------------------------------------------------
+Status check_view_ndim(const TensorView& t, std::string_view name);        // ndim in [0, 5]
+Status check_known_dtype(const TensorView& t, std::string_view name);      // a DType enumerator
+Status check_known_device(const TensorView& t, std::string_view name);     // Cpu or Cuda, index >= 0
+Status check_shape_non_negative(const TensorView& t, std::string_view name);
+Status check_strides_non_negative(const TensorView& t, std::string_view name);
+Status check_size_fits_int64(const TensorView& t, std::string_view name);  // numel, bytes, address
+Status check_well_formed(const TensorView& t, std::string_view name);      // all of the above
+
+// ---------------------------------------------------------------------------------------------
+// Presence
+// ---------------------------------------------------------------------------------------------
+Status check_defined(const TensorView& t, std::string_view name);
+// Both or neither of two optional tensors (k_new/v_new, rotary_cos/rotary_sin, cu_seqlens_q/k).
+Status check_paired(const TensorView& a, std::string_view a_name, const TensorView& b,
+                    std::string_view b_name);
+// `t` is required because `other` is given (cache_seqlens when k_new is given).
+Status check_required_with(const TensorView& t, std::string_view name, const TensorView& other,
+                           std::string_view other_name);
+// `t` must be absent when `other` is given (cache_batch_idx with block_table).
+Status check_absent_with(const TensorView& t, std::string_view name, const TensorView& other,
+                         std::string_view other_name);
+Status check_data(const TensorView& t, std::string_view name);  // non-null when numel > 0
+
+// ---------------------------------------------------------------------------------------------
+// Dtypes
+// ---------------------------------------------------------------------------------------------
+Status check_dtype(const TensorView& t, std::string_view name, DType expected);
+// q, k, v: float16, bfloat16 or float32 (fp8 e4m3 is valid API-wise but needs the Fa3 backend).
+Status check_attention_dtype(const TensorView& t, std::string_view name);
+Status check_dtype_matches(const TensorView& t, std::string_view name, DType reference,
+                           std::string_view reference_name);
+// Outputs: the inputs' dtype, or float32 where the caller allows it (the reference in tests).
+Status check_output_dtype(const TensorView& t, std::string_view name, DType input_dtype,
+                          bool allow_f32);
+// combine's out: float32, float16 or bfloat16.
+Status check_float_output_dtype(const TensorView& t, std::string_view name);
+
+// ---------------------------------------------------------------------------------------------
+// Shapes
+// ---------------------------------------------------------------------------------------------
+// layout names the dimensions for the message, e.g. "(batch, seqlen_q, heads_q, head_dim)".
+Status check_ndim(const TensorView& t, std::string_view name, int expected, std::string_view layout);
+// One expected dimension: its size and where that size comes from ("the batch of q").
+struct DimSpec {
+  int64_t size;
+  std::string_view meaning;
+};
+Status check_dim(const TensorView& t, std::string_view name, int dim, const DimSpec& expected);
+// Every dimension (ndim must already match).
+Status check_shape(const TensorView& t, std::string_view name, std::initializer_list<DimSpec> dims);
+// Same shape as another tensor (dq like q, dout like out).
+Status check_same_shape(const TensorView& t, std::string_view name, const TensorView& reference,
+                        std::string_view reference_name);
+// Every dimension within int32: kernels index rows, heads and sequence positions with int.
+Status check_dims_fit_int32(const TensorView& t, std::string_view name);
+Status check_head_dim(int64_t head_dim, std::string_view name, std::string_view what);
+Status check_heads_positive(int64_t heads, std::string_view name, std::string_view what);
+Status check_gqa(int64_t heads_q, int64_t heads_k, std::string_view name);
+// alibi_slopes: (heads_q) or (batch, heads_q).
+Status check_alibi_shape(const TensorView& alibi, int64_t batch, int64_t heads_q);
+
+// ---------------------------------------------------------------------------------------------
+// Layout and placement
+// ---------------------------------------------------------------------------------------------
+Status check_last_dim_contiguous(const TensorView& t, std::string_view name);
+Status check_contiguous(const TensorView& t, std::string_view name);
+// Vectorized: tensors the GPU kernels load in 16-byte vectors (q, k, v, out, gradients, caches):
+// on CUDA the pointer and every outer stride must be 16-byte multiples. Element: only the
+// natural alignment of the dtype (lse, index tensors, slopes, rotary tables).
+enum class Alignment { Vectorized, Element };
+Status check_alignment(const TensorView& t, std::string_view name, Alignment kind);
+Status check_same_device(const TensorView& t, std::string_view name, const TensorView& reference,
+                         std::string_view reference_name);
+// One stride serves both tensors (rotary_sin must be laid out like rotary_cos).
+Status check_same_strides(const TensorView& t, std::string_view name, const TensorView& reference,
+                          std::string_view reference_name);
+Status check_host(const TensorView& t, std::string_view name, std::string_view why);
+// An output whose elements alias one another (a stride of 0, interleaved strides) would be
+// written twice by different threads.
+Status check_no_self_overlap(const TensorView& t, std::string_view name);
+// No byte of `output` may be a byte of `other` (another output, or an input it would clobber).
+Status check_no_overlap(const TensorView& output, std::string_view output_name,
+                        const TensorView& other, std::string_view other_name);
+
+// ---------------------------------------------------------------------------------------------
+// Sequence lengths (contents are read only for host tensors: CUDA kernels clamp instead)
+// ---------------------------------------------------------------------------------------------
+// At least one entry (batch + 1 >= 1).
+Status check_cu_seqlens_length(const TensorView& cu, std::string_view name);
+// cu[0] == 0, non-decreasing, cu[batch] <= total_rows. `rows_name` names total_rows ("rows of q").
+Status check_cu_seqlens_contents(const TensorView& cu, std::string_view name, int64_t batch,
+                                 int64_t total_rows, std::string_view rows_name);
+// seqused_k[b] in [0, key_length(b)]: key lengths from cu_seqlens_k (or one dense length).
+Status check_seqused_contents(const TensorView& seqused, std::string_view name, int64_t batch,
+                              const int32_t* cu_seqlens_k, int64_t dense_seqlen_k);
+// max_seqlen: >= 0 (0 = derive), and when given and the lengths are known, >= the longest.
+Status check_max_seqlen_value(int value, std::string_view name);
+Status check_max_seqlen_bound(int value, std::string_view name, int64_t longest);
+// 0 = derive from host cu_seqlens: impossible when they live on the GPU.
+Status check_max_seqlen_derivable(int value, std::string_view name, const TensorView& cu,
+                                  std::string_view cu_name);
+
+// ---------------------------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------------------------
+Status check_window(int value, std::string_view name);  // >= -1
+Status check_softcap(float softcap);                    // finite, >= 0
+Status check_softmax_scale(const std::optional<float>& scale);  // finite when given
+Status check_dropout(float dropout_p);                  // in [0, 1)
+Status check_num_splits(int num_splits);                // in [0, 256]
+Status check_backend(Backend backend);                  // a Backend enumerator
+
+// ---------------------------------------------------------------------------------------------
+// KV cache
+// ---------------------------------------------------------------------------------------------
+Status check_page_size(int64_t page_size);  // >= 1
+// A dense cache without cache_batch_idx holds sequence b in row b.
+Status check_cache_rows(int64_t batch_cache, int64_t batch);
+// cache rows + appended keys within the cache: capacity fits int32.
+Status check_cache_capacity(int64_t capacity, std::string_view name, std::string_view how);
+// cache_seqlens[b] >= 0 and cache_seqlens[b] + seqlen_new <= capacity.
+Status check_cache_seqlens_contents(const TensorView& cache_seqlens, int64_t batch,
+                                    int64_t seqlen_new, int64_t capacity);
+// Entries in [0, batch_cache); distinct when the call appends (two sequences, one cache row).
+Status check_cache_batch_idx_contents(const TensorView& index, int64_t batch, int64_t batch_cache,
+                                      bool must_be_distinct);
+// Pages covering keys [0, cache_seqlens[b] + seqlen_new) (the whole row without cache_seqlens)
+// name existing blocks.
+Status check_block_table_contents(const TensorView& block_table, int64_t batch, int64_t num_blocks,
+                                  int64_t page_size, const int32_t* cache_seqlens,
+                                  int64_t seqlen_new);
+Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim);  // in [2, head_dim], even
+// The table covers every position used: cache_seqlens[b] + seqlen_new keys, and q's positions.
+Status check_rotary_length(int64_t seqlen_ro, int64_t batch, const int32_t* cache_seqlens,
+                           int64_t seqlen_new, int64_t seqlen_q, bool q_per_row);
+Status check_splits(int64_t splits, std::string_view name);  // combine: >= 1
+
+}  // namespace flashattn::api
