@@ -197,7 +197,7 @@ std::vector<KvCase> kv_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheVsReference, ::testing::ValuesIn(kv_cases()),
                          [](const ::testing::TestParamInfo<KvCase>& info) {
-                           return std::to_string(info.index) + "_" + info.param.name();
+                           return param_test_name(info.index, info.param.name());
                          });
 
 }  // namespace

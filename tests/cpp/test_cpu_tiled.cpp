@@ -139,7 +139,7 @@ TEST_P(TiledVsReference, ForwardAndBackward) { check_case(GetParam(), /*backward
 
 INSTANTIATE_TEST_SUITE_P(Sweep, TiledVsReference, ::testing::ValuesIn(sweep()),
                          [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return std::to_string(info.index) + "_" + info.param.name();
+                           return param_test_name(info.index, info.param.name());
                          });
 
 // Bitwise reproducibility: the CPU backward owns every output element in one work item.

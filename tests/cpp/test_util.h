@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cctype>
 #include <cstring>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -104,6 +106,13 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
     worst = std::max(worst, d);
   }
   return worst;
+}
+
+// GoogleTest names allow letters, digits and '_' only.
+inline std::string param_test_name(size_t index, std::string name) {
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return std::to_string(index) + "_" + name;
 }
 
 inline double max_abs(const std::vector<float>& a) {
