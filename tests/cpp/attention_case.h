@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct AttentionCase {
   bool varlen() const { return !varlen_q.empty(); }
   std::string name() const;
 };
+
+// GoogleTest prints parameters with this (instead of a byte dump).
+inline void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name(); }
 
 // Errors of the fast path and of the same-precision reference against the float64 reference.
 struct Errors {

@@ -45,6 +45,8 @@ double floor_for(DType dtype, double magnitude) {
   return eps * std::max(1.0, magnitude);
 }
 
+void PrintTo(const KvCase& c, std::ostream* os) { *os << c.name(); }
+
 class KvCacheVsReference : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(KvCacheVsReference, Matches) {
