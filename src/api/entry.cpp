@@ -6,6 +6,9 @@
 #include "api/rules.h"
 #include "api/validate.h"
 #include "cpu/cpu_backend.h"
+#if defined(FLASHATTN_WITH_CUDA)
+#include "fa2/fa2_backend.h"
+#endif
 
 namespace flashattn {
 
@@ -54,10 +57,8 @@ Status choose_target(Backend requested, const TensorView& placement, [[maybe_unu
   if (requested == Backend::Fa3 && info.sm_major != 9)
     return unsupported("backend", "fa3 needs an sm90 GPU (Hopper); " + where);
   if (info.sm_major < 8) return unsupported("backend", "the CUDA backends need an sm80 or newer GPU; " + where);
-  if (requested == Backend::Fa3 || (requested == Backend::Auto && info.sm_major == 9))
-    *target = Target::Fa3;
-  else
-    *target = Target::Fa2;
+  // Auto takes FA2 until the FA3 kernels are in the build.
+  *target = requested == Backend::Fa3 ? Target::Fa3 : Target::Fa2;
   return {};
 #else
   return unsupported("backend",
@@ -73,10 +74,14 @@ Status kernels_not_built(Target target) {
                                     target_name(target) + " was chosen for these CUDA tensors)");
 }
 
-Status run_fwd(Target target, const AttnProblem& problem, void* /*stream*/) {
+Status run_fwd(Target target, const AttnProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {
     case Target::Cpu: return cpu::fwd(problem);
+#if defined(FLASHATTN_WITH_CUDA)
+    case Target::Fa2: return fa2::fwd(problem, stream);
+#else
     case Target::Fa2:
+#endif
     case Target::Fa3: break;
   }
   return kernels_not_built(target);

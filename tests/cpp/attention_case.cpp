@@ -126,14 +126,15 @@ Errors errors(const HostTensor& fast, const HostTensor& ref64, const HostTensor&
 
 }  // namespace
 
-FwdResult AttentionRun::check_fwd(Backend backend) {
+FwdResult AttentionRun::check_fwd(Backend backend, const FwdRunner& runner) {
   const std::vector<int64_t> out_shape = qkv_shape(true, c_.dv());
   const std::vector<int64_t> lshape = lse_shape(c_, total_q_);
   out = HostTensor(c_.dtype, out_shape);
   lse = HostTensor(DType::F32, lshape);
   out.poison();
   lse.poison();
-  const Status st = fwd(fwd_params(out.view(), lse.view(), backend));
+  const FwdParams params = fwd_params(out.view(), lse.view(), backend);
+  const Status st = runner ? runner(params) : fwd(params);
   EXPECT_TRUE(st.ok()) << st.message();
 
   HostTensor out64(DType::F32, out_shape), lse64(DType::F32, lshape);
@@ -151,13 +152,14 @@ FwdResult AttentionRun::check_fwd(Backend backend) {
   return {errors(out, out64, out_lp), errors(lse, lse64, lse_lp)};
 }
 
-BwdResult AttentionRun::check_bwd(Backend backend) {
-  check_fwd(backend);
+BwdResult AttentionRun::check_bwd(Backend backend, const FwdRunner& fwd_runner, const BwdRunner& runner) {
+  check_fwd(backend, fwd_runner);
   HostTensor dq(c_.dtype, q.shape()), dk(c_.dtype, k.shape()), dv(c_.dtype, v.shape());
   dq.poison();
   dk.poison();
   dv.poison();
-  const Status st = bwd(bwd_params(dq.view(), dk.view(), dv.view(), backend));
+  const BwdParams params = bwd_params(dq.view(), dk.view(), dv.view(), backend);
+  const Status st = runner ? runner(params) : bwd(params);
   EXPECT_TRUE(st.ok()) << st.message();
 
   HostTensor dq64(DType::F32, q.shape()), dk64(DType::F32, k.shape()), dv64(DType::F32, v.shape());
@@ -172,6 +174,117 @@ BwdResult AttentionRun::check_bwd(Backend backend) {
     cpu::reference::bwd(problem, precision);
   }
   return {errors(dq, dq64, dq_lp), errors(dk, dk64, dk_lp), errors(dv, dv64, dv_lp)};
+}
+
+std::vector<AttentionCase> feature_sweep() {
+  std::vector<AttentionCase> cases;
+  auto add = [&](AttentionCase c) {
+    c.seed = cases.size() + 1;
+    cases.push_back(c);
+  };
+  // Sequence lengths that break kernels: 1, odd, ragged tails, sk < sq, off-by-one around 1024.
+  const std::pair<int, int> lengths[] = {{1, 1},     {1, 17},     {17, 17},   {17, 1},    {113, 203},
+                                         {203, 113}, {127, 513},  {64, 128},  {128, 64},  {1023, 1024},
+                                         {1024, 1023}};
+  for (auto [sq, sk] : lengths)
+    for (bool causal : {false, true}) {
+      AttentionCase c;
+      c.seqlen_q = sq;
+      c.seqlen_k = sk;
+      c.causal = causal;
+      const bool big = int64_t(sq) * sk > 100000;
+      c.batch = big ? 1 : 2;
+      c.heads_q = c.heads_k = big ? 1 : 2;
+      add(c);
+    }
+  // Head dims, including odd multiples of 8, and a distinct value head dim.
+  for (int d : {8, 32, 40, 64, 72, 96, 128, 136, 160, 192, 200, 224, 256}) {
+    AttentionCase c;
+    c.head_dim = d;
+    c.seqlen_q = 77;
+    c.seqlen_k = 150;
+    c.causal = d % 16 == 0;
+    add(c);
+  }
+  {
+    AttentionCase c;
+    c.head_dim = 128;
+    c.head_dim_v = 64;
+    c.seqlen_q = c.seqlen_k = 90;
+    add(c);
+  }
+  // Dtypes.
+  for (DType dt : {DType::F16, DType::F32}) {
+    AttentionCase c;
+    c.dtype = dt;
+    c.seqlen_q = 100;
+    c.seqlen_k = 140;
+    add(c);
+    c.causal = true;
+    add(c);
+  }
+  // MHA / GQA / MQA.
+  for (auto [hq, hk] : {std::pair{6, 6}, std::pair{6, 2}, std::pair{6, 1}, std::pair{8, 2}}) {
+    AttentionCase c;
+    c.batch = 3;
+    c.heads_q = hq;
+    c.heads_k = hk;
+    c.seqlen_q = 70;
+    c.seqlen_k = 130;
+    c.causal = hk == 2;
+    add(c);
+  }
+  // Every feature alone, and in pairs.
+  AttentionCase base;
+  base.seqlen_q = 96;
+  base.seqlen_k = 160;
+  base.heads_q = 4;
+  base.heads_k = 2;
+  auto with = [&](auto f) {
+    AttentionCase c = base;
+    f(c);
+    add(c);
+  };
+  with([](AttentionCase& c) { c.window_left = 20; c.window_right = 10; });
+  with([](AttentionCase& c) { c.window_left = 0; c.window_right = 0; });
+  with([](AttentionCase& c) { c.window_left = 33; });
+  with([](AttentionCase& c) { c.window_right = 5; });
+  with([](AttentionCase& c) { c.causal = true; c.window_left = 40; });
+  with([](AttentionCase& c) { c.softcap = 1.5f; });
+  with([](AttentionCase& c) { c.softcap = 1.5f; c.causal = true; });
+  with([](AttentionCase& c) { c.alibi = 1; });
+  with([](AttentionCase& c) { c.alibi = 2; c.causal = true; });
+  with([](AttentionCase& c) { c.alibi = 1; c.softcap = 2.f; });
+  with([](AttentionCase& c) { c.dropout_p = 0.17f; });
+  with([](AttentionCase& c) { c.dropout_p = 0.3f; c.causal = true; });
+  with([](AttentionCase& c) { c.dropout_p = 0.1f; c.softcap = 2.f; c.alibi = 1; });
+  with([](AttentionCase& c) { c.dropout_p = 0.2f; c.window_left = 30; c.window_right = 30; });
+  with([](AttentionCase& c) { c.seqused_k = {100, 37}; });
+  with([](AttentionCase& c) { c.seqused_k = {0, 160}; c.causal = true; });
+  with([](AttentionCase& c) { c.num_splits = 3; });
+  with([](AttentionCase& c) { c.num_splits = 4; c.causal = true; c.alibi = 1; });
+  with([](AttentionCase& c) { c.num_splits = 0; c.seqlen_q = 1; c.seqlen_k = 700; });
+  with([](AttentionCase& c) { c.num_splits = 16; c.seqlen_k = 64; c.softcap = 1.f; });  // empty splits
+  // Varlen batches, with empty sequences on either side.
+  with([](AttentionCase& c) { c.varlen_q = {30, 0, 77, 1}; c.varlen_k = {50, 12, 77, 0}; });
+  with([](AttentionCase& c) { c.varlen_q = {30, 5, 77, 64}; c.varlen_k = {20, 0, 90, 64}; c.causal = true; });
+  with([](AttentionCase& c) {
+    c.varlen_q = {65, 17, 130};
+    c.varlen_k = {65, 200, 3};
+    c.window_left = 16;
+    c.window_right = 0;
+    c.dropout_p = 0.1f;
+  });
+  with([](AttentionCase& c) { c.varlen_q = {40, 70}; c.varlen_k = {60, 90}; c.seqused_k = {45, 90}; c.alibi = 2; });
+  with([](AttentionCase& c) { c.varlen_q = {1, 1, 1}; c.varlen_k = {300, 5, 129}; c.num_splits = 0; });
+  return cases;
+}
+
+// The floor covers the final rounding of an output to its dtype: one unit in the last place at
+// the output's magnitude.
+double rounding_floor(DType dtype, double magnitude) {
+  const double eps = dtype == DType::BF16 ? 0x1p-8 : dtype == DType::F16 ? 0x1p-11 : 0x1p-22;
+  return eps * std::max(1.0, magnitude);
 }
 
 void expect_within(const Errors& e, double factor, double floor, const std::string& what) {

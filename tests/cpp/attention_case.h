@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -53,6 +54,11 @@ struct BwdResult {
   Errors dq, dk, dv;
 };
 
+// Runs an entry point on host-described params; GPU tests pass one that mirrors the tensors to
+// the device and copies the outputs back. Empty = call the API directly.
+using FwdRunner = std::function<Status(const FwdParams&)>;
+using BwdRunner = std::function<Status(const BwdParams&)>;
+
 // The tensors of a case with fresh random data; runs everything above.
 class AttentionRun {
  public:
@@ -62,9 +68,9 @@ class AttentionRun {
   BwdParams bwd_params(TensorView dq, TensorView dk, TensorView dv, Backend backend) const;
 
   // Runs the forward on `backend` and the two references; fails the test on API errors.
-  FwdResult check_fwd(Backend backend);
+  FwdResult check_fwd(Backend backend, const FwdRunner& runner = {});
   // Runs the backward (after a forward on the same backend) and the two references.
-  BwdResult check_bwd(Backend backend);
+  BwdResult check_bwd(Backend backend, const FwdRunner& fwd_runner = {}, const BwdRunner& runner = {});
 
   const AttentionCase& config() const { return c_; }
   HostTensor q, k, v, dout, alibi_slopes, cu_q, cu_k, seqused;
@@ -75,6 +81,13 @@ class AttentionRun {
   AttentionCase c_;
   int total_q_ = 0, total_k_ = 0, max_q_ = 0, max_k_ = 0;
 };
+
+// Shapes that break kernels and every feature alone and in pairs (see the definition).
+std::vector<AttentionCase> feature_sweep();
+
+// One unit in the last place of dtype at `magnitude`: the floor that covers an output's final
+// rounding.
+double rounding_floor(DType dtype, double magnitude);
 
 // The tolerance rule; floor is absolute.
 void expect_within(const Errors& e, double factor, double floor, const std::string& what);

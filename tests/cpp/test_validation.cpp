@@ -733,6 +733,8 @@ TEST_F(CudaViews, CpuBackendNeedsHostTensors) {
 TEST_F(CudaViews, GpuBackendsAreNotInThisBuildYet) {
   const DeviceInfo info = device_info(0);
   for (Backend b : {Backend::Auto, Backend::Fa2, Backend::Fa3}) {
+    // With a GPU present, Auto and Fa2 would launch real kernels on these fake pointers.
+    if (info.device >= 0 && b != Backend::Fa3) continue;
     p.backend = b;
     const Status st = fwd(p);
     EXPECT_FALSE(st.ok());

@@ -1,0 +1,13 @@
+// Fast device math used in the softmax.
+#pragma once
+
+namespace flashattn::sm80 {
+
+// 2^x on the special-function unit; ex2.approx(-inf) = +0, which masked logits rely on.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+}  // namespace flashattn::sm80

@@ -1,0 +1,77 @@
+// Mirrors host-described API calls onto the GPU: every input tensor is copied to a fresh device
+// buffer, every output gets a poisoned device buffer (0xff bytes: NaN in every float type), the
+// call runs on the device, and the outputs come back into the host tensors.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "flashattn/flashattn.h"
+#include "gpu_test_util.h"
+
+namespace flashattn::gpu_test {
+
+class DeviceMirror {
+ public:
+  DeviceMirror() = default;
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+  ~DeviceMirror() {
+    for (void* p : allocations_) cudaFree(p);
+  }
+
+  // Host views here are contiguous (test::HostTensor), so the byte span is numel * size.
+  TensorView upload(const TensorView& host) {
+    if (!host.defined()) return host;
+    TensorView dev = allocate_like(host);
+    CUDA_CHECK(cudaMemcpy(dev.data, host.data, bytes(host), cudaMemcpyHostToDevice));
+    return dev;
+  }
+  TensorView output(const TensorView& host) {
+    if (!host.defined()) return host;
+    TensorView dev = allocate_like(host);
+    CUDA_CHECK(cudaMemset(dev.data, 0xff, bytes(host)));
+    outputs_.push_back({dev, host});
+    return dev;
+  }
+  // Waits for the device and copies every output back to its host view.
+  void download() {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (auto& [dev, host] : outputs_) CUDA_CHECK(cudaMemcpy(host.data, dev.data, bytes(host), cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  static size_t bytes(const TensorView& v) { return size_t(v.numel()) * dtype_size(v.dtype); }
+  TensorView allocate_like(const TensorView& host) {
+    TensorView dev = host;
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes(host) + 16));
+    allocations_.push_back(p);
+    dev.data = p;
+    dev.device = DeviceType::Cuda;
+    dev.device_index = 0;
+    return dev;
+  }
+  std::vector<void*> allocations_;
+  std::vector<std::pair<TensorView, TensorView>> outputs_;
+};
+
+inline Status fwd_on_device(const FwdParams& host) {
+  DeviceMirror m;
+  FwdParams d = host;
+  d.q = m.upload(host.q);
+  d.k = m.upload(host.k);
+  d.v = m.upload(host.v);
+  d.alibi_slopes = m.upload(host.alibi_slopes);
+  d.cu_seqlens_q = m.upload(host.cu_seqlens_q);
+  d.cu_seqlens_k = m.upload(host.cu_seqlens_k);
+  d.seqused_k = m.upload(host.seqused_k);
+  d.out = m.output(host.out);
+  d.softmax_lse = m.output(host.softmax_lse);
+  const Status st = fwd(d);
+  m.download();
+  return st;
+}
+
+}  // namespace flashattn::gpu_test
