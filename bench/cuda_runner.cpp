@@ -1,0 +1,189 @@
+// Device tensors, CUDA-event timing on a stream of our own. Compiled only when flashattn is built
+// with CUDA (see bench/CMakeLists.txt).
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "runner.h"
+#include "tensors.h"
+
+namespace flashattn::bench {
+namespace {
+
+Status cuda_status(cudaError_t err, const char* what) {
+  return Status::error(ErrorCode::CudaError, "",
+                       std::string(what) + " failed: " + cudaGetErrorString(err));
+}
+
+#define BENCH_CUDA_TRY(expr)                                 \
+  do {                                                       \
+    const cudaError_t bench_err_ = (expr);                   \
+    if (bench_err_ != cudaSuccess) return cuda_status(bench_err_, #expr); \
+  } while (0)
+
+// One device allocation with a host-side description of its shape.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  ~DeviceTensor() {
+    if (data_) cudaFree(data_);
+  }
+
+  // Allocates (and, when seed != 0, fills with random normal values through a host staging copy).
+  Status create(DType dtype, std::initializer_list<int64_t> shape, int device, uint64_t seed) {
+    const HostTensor staging(dtype, shape);
+    BENCH_CUDA_TRY(cudaMalloc(&data_, std::max<std::size_t>(staging.bytes(), 16)));
+    if (seed != 0) {
+      fill_random_normal(staging.data(), dtype, staging.numel(), seed);
+      BENCH_CUDA_TRY(cudaMemcpy(data_, staging.data(), staging.bytes(), cudaMemcpyHostToDevice));
+    } else {
+      BENCH_CUDA_TRY(cudaMemset(data_, 0, staging.bytes()));
+    }
+    view_ = TensorView::contiguous(data_, dtype, shape, DeviceType::Cuda, device);
+    return Status();
+  }
+  TensorView view() const { return view_; }
+
+ private:
+  void* data_ = nullptr;
+  TensorView view_;
+};
+
+class CudaEvent {
+ public:
+  CudaEvent() { error_ = cudaEventCreate(&event_); }
+  ~CudaEvent() {
+    if (error_ == cudaSuccess) cudaEventDestroy(event_);
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+  cudaError_t error() const { return error_; }
+
+ private:
+  cudaEvent_t event_{};
+  cudaError_t error_;
+};
+
+class CudaRunner final : public Runner {
+ public:
+  explicit CudaRunner(const RunSettings& settings) : settings_(settings) {}
+  ~CudaRunner() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status run(const Case& c, Row* row) override {
+    if (!stream_) {
+      BENCH_CUDA_TRY(cudaSetDevice(settings_.device));
+      BENCH_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    }
+    const Shape& s = c.shape;
+    row->c = c;
+    row->backend = settings_.label;
+    row->dtype = dtype_name(settings_.dtype);
+    const DType dt = settings_.dtype;
+    const int dev = settings_.device;
+    const uint64_t seed = ++seed_ * 16;
+
+    DeviceTensor q, k, v, out, lse, dout, dq, dk, dv;
+    Status st;
+    if (!(st = q.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, seed + 1)).ok() ||
+        !(st = k.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, seed + 2)).ok() ||
+        !(st = v.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, seed + 3)).ok() ||
+        !(st = out.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, 0)).ok() ||
+        !(st = lse.create(DType::F32, {s.batch, s.heads_q, s.seqlen_q}, dev, 0)).ok())
+      return st;
+
+    FwdParams fp;
+    fp.q = q.view();
+    fp.k = k.view();
+    fp.v = v.view();
+    fp.out = out.view();
+    fp.softmax_lse = lse.view();
+    fp.causal = s.causal;
+    fp.backend = settings_.backend;
+    fp.stream = stream_;
+    if (c.direction == Direction::Fwd) {
+      fp.num_splits = s.seqlen_q == 1 ? 0 : 1;  // decode: let the library split the keys
+      return time_calls([&] { return fwd(fp); }, row);
+    }
+
+    if (!(st = dout.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, seed + 4)).ok() ||
+        !(st = dq.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, 0)).ok() ||
+        !(st = dk.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, 0)).ok() ||
+        !(st = dv.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, 0)).ok())
+      return st;
+    // The backward needs the forward's out and lse; that forward is not timed.
+    if (!(st = fwd(fp)).ok()) return st;
+    BwdParams bp;
+    bp.q = q.view();
+    bp.k = k.view();
+    bp.v = v.view();
+    bp.out = out.view();
+    bp.dout = dout.view();
+    bp.softmax_lse = lse.view();
+    bp.dq = dq.view();
+    bp.dk = dk.view();
+    bp.dv = dv.view();
+    bp.causal = s.causal;
+    bp.backend = settings_.backend;
+    bp.stream = stream_;
+    return time_calls([&] { return bwd(bp); }, row);
+  }
+
+ private:
+  // Warm-up calls, then one event pair around each timed call; the events are read only after
+  // the last call so the host never stalls the queue between calls.
+  template <typename Call>
+  Status time_calls(Call&& call, Row* row) {
+    for (int i = 0; i < settings_.warmup; ++i) {
+      const Status st = call();
+      if (!st.ok()) return st;
+    }
+    std::vector<CudaEvent> starts(size_t(settings_.repeats)), stops(size_t(settings_.repeats));
+    for (int i = 0; i < settings_.repeats; ++i) {
+      BENCH_CUDA_TRY(starts[size_t(i)].error());
+      BENCH_CUDA_TRY(stops[size_t(i)].error());
+      BENCH_CUDA_TRY(cudaEventRecord(starts[size_t(i)].get(), stream_));
+      const Status st = call();
+      if (!st.ok()) return st;
+      BENCH_CUDA_TRY(cudaEventRecord(stops[size_t(i)].get(), stream_));
+    }
+    BENCH_CUDA_TRY(cudaStreamSynchronize(stream_));
+    std::vector<double> samples;
+    for (int i = 0; i < settings_.repeats; ++i) {
+      float ms = 0;
+      BENCH_CUDA_TRY(cudaEventElapsedTime(&ms, starts[size_t(i)].get(), stops[size_t(i)].get()));
+      samples.push_back(ms);
+    }
+    set_timing(row, summarize(samples), dtype_size(settings_.dtype));
+    return Status();
+  }
+
+  RunSettings settings_;
+  cudaStream_t stream_ = nullptr;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+bool cuda_runner_built() { return true; }
+
+std::unique_ptr<Runner> make_cuda_runner(const RunSettings& settings) {
+  return std::make_unique<CudaRunner>(settings);
+}
+
+std::string cuda_device_description(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "cuda device " + std::to_string(device) + " (properties unavailable)";
+  }
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+         ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
+}
+
+}  // namespace flashattn::bench

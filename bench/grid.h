@@ -1,0 +1,51 @@
+// The shapes the benchmark runs: named grids, single shapes from the command line, and the
+// work each shape represents (FLOPs, minimum bytes moved).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flashattn::bench {
+
+enum class Direction { Fwd, Bwd };
+const char* direction_name(Direction direction);
+
+struct Shape {
+  int64_t batch = 1;
+  int64_t seqlen_q = 0;
+  int64_t seqlen_k = 0;
+  int64_t heads_q = 1;
+  int64_t heads_k = 1;  // < heads_q: grouped-query attention
+  int64_t head_dim = 64;
+  bool causal = false;
+};
+
+// One measurement to take: a shape in one direction.
+struct Case {
+  Shape shape;
+  Direction direction = Direction::Fwd;
+};
+
+struct GridFilter {
+  std::optional<bool> causal;        // only this causal setting (both when empty)
+  std::optional<Direction> direction;  // only this direction (the grid's own set when empty)
+};
+
+// "small", "peers" or "decode"; empty optional when the name is unknown.
+std::optional<std::vector<Case>> named_grid(const std::string& name, const GridFilter& filter);
+// The cases of one shape given on the command line (both causal settings and both directions
+// unless the filter narrows them).
+std::vector<Case> single_shape_cases(Shape shape, const GridFilter& filter);
+// "b,sq,sk,h,d" or "b,sq,sk,h,d,hk"; empty optional (and *error set) when malformed.
+std::optional<Shape> parse_shape(const std::string& text, std::string* error);
+const std::vector<std::string>& grid_names();
+
+// FLOPs by the project's reporting convention: forward 4*b*h*sq*sk*d, halved with a causal mask;
+// backward 2.5x forward.
+double flops(const Shape& shape, Direction direction);
+// Bytes a perfect kernel must move: every input read once, every output written once.
+double min_bytes(const Shape& shape, Direction direction, std::size_t element_bytes);
+
+}  // namespace flashattn::bench

@@ -1,0 +1,207 @@
+#include "options.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace flashattn::bench {
+
+const char* backend_choice_name(BackendChoice choice) {
+  switch (choice) {
+    case BackendChoice::Auto: return "auto";
+    case BackendChoice::Cpu: return "cpu";
+    case BackendChoice::Fa2: return "fa2";
+    case BackendChoice::Fa3: return "fa3";
+  }
+  return "?";
+}
+
+std::string usage_text(const char* program) {
+  return std::string("usage: ") + program + R"( [options]
+
+Times flashattn's forward and backward passes over a grid of shapes and prints a table
+(median ms, TFLOP/s, GB/s, extra memory). On the CPU backend it also runs the naive
+O(seqlen^2)-memory reference beside each forward and shows its time, its score-matrix memory
+and the max |difference| of the outputs.
+
+  --backend cpu|auto|fa2|fa3   which backend (default auto: the GPU when one is visible, else cpu)
+  --grid small|peers|decode    small: CPU-sized (seqlen 256..2048, d 64/128); peers: the
+                               published grid, (batch, heads) = (16384/seqlen, 2048/d), seqlen
+                               512..16384, d 64/128/256; decode: seqlen_q 1 against 1k..64k keys,
+                               32 query / 8 KV heads, d 128 (default small)
+  --shape b,sq,sk,h,d[,hk]     one shape instead of a grid (hk: KV heads, default h)
+  --causal 0|1|both            causal settings to run (default: the grid's)
+  --direction fwd|bwd|both     directions to run (default: the grid's)
+  --dtype bf16|fp16|fp32       element type of q, k, v, out (default bf16)
+  --warmup N                   untimed calls per case (default 1 on CPU, 3 on GPU)
+  --repeats N                  timed calls per case; the median is reported (default 3 / 10)
+  --threads N                  CPU threads (default 0 = all hardware threads)
+  --naive-max-bytes N[k|m|g]   run the naive reference only where seqlen_q*seqlen_k*8 bytes fit
+                               (default 1g)
+  --no-naive                   skip the naive reference
+  --device N                   CUDA device (default 0)
+  --json FILE                  also write every row as JSON
+  -h, --help                   this text
+)";
+}
+
+namespace {
+
+std::optional<int> parse_int(const std::string& text, int min_value) {
+  try {
+    size_t used = 0;
+    const long value = std::stol(text, &used);
+    if (used != text.size() || value < min_value || value > 1000000000) return std::nullopt;
+    return int(value);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// "1073741824", "512m", "1g", "64k" (binary multiples).
+std::optional<std::size_t> parse_bytes(std::string text) {
+  if (text.empty()) return std::nullopt;
+  std::size_t multiplier = 1;
+  const char suffix = char(std::tolower(static_cast<unsigned char>(text.back())));
+  if (suffix == 'k' || suffix == 'm' || suffix == 'g') {
+    multiplier = suffix == 'k' ? (1u << 10) : suffix == 'm' ? (1u << 20) : (1u << 30);
+    text.pop_back();
+  }
+  try {
+    size_t used = 0;
+    const unsigned long long value = std::stoull(text, &used);
+    if (used != text.size()) return std::nullopt;
+    return std::size_t(value) * multiplier;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<Options> parse_options(int argc, char** argv, std::string* error) {
+  Options o;
+  auto bad = [&](const std::string& option, const std::string& value) {
+    *error = "invalid value '" + value + "' for " + option;
+    return std::nullopt;
+  };
+  // Options that take a value; each returns false when the value is invalid.
+  const std::map<std::string, std::function<bool(const std::string&)>> with_value{
+      {"--backend",
+       [&](const std::string& v) {
+         static const std::map<std::string, BackendChoice> names{{"auto", BackendChoice::Auto},
+                                                                 {"cpu", BackendChoice::Cpu},
+                                                                 {"fa2", BackendChoice::Fa2},
+                                                                 {"fa3", BackendChoice::Fa3}};
+         const auto it = names.find(v);
+         if (it == names.end()) return false;
+         o.backend = it->second;
+         return true;
+       }},
+      {"--grid",
+       [&](const std::string& v) {
+         for (const std::string& name : grid_names())
+           if (v == name) {
+             o.grid = v;
+             return true;
+           }
+         return false;
+       }},
+      {"--shape",
+       [&](const std::string& v) {
+         std::string why;
+         o.shape = parse_shape(v, &why);
+         if (!o.shape) *error = why;
+         return o.shape.has_value();
+       }},
+      {"--causal",
+       [&](const std::string& v) {
+         if (v == "both") o.filter.causal.reset();
+         else if (v == "0") o.filter.causal = false;
+         else if (v == "1") o.filter.causal = true;
+         else return false;
+         return true;
+       }},
+      {"--direction",
+       [&](const std::string& v) {
+         if (v == "both") o.filter.direction.reset();
+         else if (v == "fwd") o.filter.direction = Direction::Fwd;
+         else if (v == "bwd") o.filter.direction = Direction::Bwd;
+         else return false;
+         return true;
+       }},
+      {"--dtype",
+       [&](const std::string& v) {
+         if (v == "bf16") o.dtype = DType::BF16;
+         else if (v == "fp16") o.dtype = DType::F16;
+         else if (v == "fp32") o.dtype = DType::F32;
+         else return false;
+         return true;
+       }},
+      {"--warmup", [&](const std::string& v) { return bool(o.warmup = parse_int(v, 0)); }},
+      {"--repeats", [&](const std::string& v) { return bool(o.repeats = parse_int(v, 1)); }},
+      {"--threads",
+       [&](const std::string& v) {
+         const auto n = parse_int(v, 0);
+         if (n) o.threads = *n;
+         return n.has_value();
+       }},
+      {"--device",
+       [&](const std::string& v) {
+         const auto n = parse_int(v, 0);
+         if (n) o.device = *n;
+         return n.has_value();
+       }},
+      {"--naive-max-bytes",
+       [&](const std::string& v) {
+         const auto n = parse_bytes(v);
+         if (n) o.naive_max_bytes = *n;
+         return n.has_value();
+       }},
+      {"--json",
+       [&](const std::string& v) {
+         o.json_path = v;
+         return !v.empty();
+       }},
+  };
+
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+      continue;
+    }
+    if (arg == "--no-naive") {
+      o.naive = false;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    const auto it = with_value.find(arg);
+    if (it == with_value.end()) {
+      *error = "unknown option '" + arg + "' (see --help)";
+      return std::nullopt;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        *error = arg + " needs a value";
+        return std::nullopt;
+      }
+      value = argv[++i];
+    }
+    error->clear();
+    if (!it->second(value)) {
+      if (!error->empty()) return std::nullopt;  // the handler explained it
+      return bad(arg, value);
+    }
+  }
+  return o;
+}
+
+}  // namespace flashattn::bench

@@ -1,0 +1,36 @@
+// Command-line options of flashattn_bench.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "flashattn/flashattn.h"
+#include "grid.h"
+
+namespace flashattn::bench {
+
+enum class BackendChoice { Auto, Cpu, Fa2, Fa3 };
+
+struct Options {
+  BackendChoice backend = BackendChoice::Auto;
+  std::string grid = "small";
+  std::optional<Shape> shape;  // --shape: run this shape instead of a grid
+  GridFilter filter;           // --causal, --direction
+  DType dtype = DType::BF16;
+  std::optional<int> warmup;   // defaults depend on the device (see main.cpp)
+  std::optional<int> repeats;
+  std::string json_path;
+  int threads = 0;  // CPU threads, 0 = all
+  std::size_t naive_max_bytes = std::size_t(1) << 30;
+  bool naive = true;
+  int device = 0;  // CUDA device
+  bool help = false;
+};
+
+// Parses argv; on a bad option returns nullopt with *error set.
+std::optional<Options> parse_options(int argc, char** argv, std::string* error);
+std::string usage_text(const char* program);
+const char* backend_choice_name(BackendChoice choice);
+
+}  // namespace flashattn::bench

@@ -1,0 +1,24 @@
+# Shared by tools/gpu/test.sh and tools/gpu/bench.sh: the GPU build in build-gpu/.
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+
+FA_GPU_BUILD="$FA_ROOT/build-gpu"
+
+# fa_gpu_configure LOGFILE want_tests: CUDA forced on (a missing nvcc is an error here, not a silent
+# CPU-only build), the default FLASHATTN_CUDA_GENCODE (sm_80 + sm_90a), and ptxas's per-kernel
+# resource report (-Xptxas -v: registers, spills, shared memory) in the build output.
+fa_gpu_configure() {
+  local log="$1" want_tests="$2"
+  fa_configure "$FA_GPU_BUILD" -DFLASHATTN_CUDA=ON -DFLASHATTN_BUILD_TESTS="$want_tests" \
+    "-DCMAKE_CUDA_FLAGS=-Xptxas=-v" 2>&1 | tee -a "$log"
+}
+
+# ptxas prints its report as "ptxas info : ..." lines, interleaved with the build output.
+fa_extract_ptxas_report() {
+  local build_log="$1" report="$2"
+  if grep -E 'ptxas (info|warning)|Compiling entry|Function properties|bytes stack frame|Used [0-9]+ registers' \
+      "$build_log" >"$report"; then
+    fa_log "ptxas resource report: $report ($(grep -c 'Used [0-9]* registers' "$report" || true) kernel compilations)"
+  else
+    echo "(no ptxas output: no CUDA kernels were compiled)" >"$report"
+  fi
+}

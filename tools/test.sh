@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test (ctest). CI calls this (.ci/run). GPU tests are compiled
+# wherever the CUDA compiler is found and skip with a message when no GPU is present.
+# Extra arguments go to CMake, e.g. -DFLASHATTN_CUDA=OFF.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+fa_ensure_deps 1
+fa_configure "$FA_ROOT/build" "$@"
+fa_build "$FA_ROOT/build"
+fa_log "running tests with $FA_JOBS jobs"
+cd "$FA_ROOT/build"
+ctest --output-on-failure -j "$FA_JOBS"
