@@ -1,0 +1,68 @@
+"""Exceptions raised for the C++ layer's errors, with the library's message unchanged.
+
+The C++ API returns a Status (code, argument, message); the extension hands it over as a tuple and
+``raise_for_status`` raises:
+
+* ``ArgumentError`` (a ``ValueError``) for a call that breaks a rule of the API,
+* ``DTypeError`` (``TypeError`` and ``ArgumentError``) when the rule broken is about a dtype,
+* ``UnsupportedError`` (``ValueError`` and ``NotImplementedError``) for a valid call the chosen
+  backend cannot run (today: any CUDA tensor, until the GPU kernels land),
+* ``CudaError`` / ``RuntimeError`` for CUDA runtime failures and internal errors.
+
+Each carries ``.argument`` (the offending argument's name, "" when none applies) and ``.code``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+
+class FlashAttnError(Exception):
+    """Base of every error raised for a status the C++ library returned."""
+
+    def __init__(self, message: str, argument: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.code = code
+
+
+class ArgumentError(FlashAttnError, ValueError):
+    """The call breaks a rule of the API (shape, range, layout, ...)."""
+
+
+class DTypeError(ArgumentError, TypeError):
+    """The call passes a tensor of a dtype the argument does not accept."""
+
+
+class UnsupportedError(FlashAttnError, ValueError, NotImplementedError):
+    """Valid, but the chosen backend cannot run it; the message says why."""
+
+
+class CudaError(FlashAttnError, RuntimeError):
+    """A CUDA runtime call failed."""
+
+
+class InternalError(FlashAttnError, RuntimeError):
+    """A bug in the library (an exception escaped a backend)."""
+
+
+StatusTuple = Optional[Tuple[str, str, str]]
+
+
+def error_from_status(status: Tuple[str, str, str]) -> FlashAttnError:
+    code, argument, message = status
+    if code == "invalid_argument":
+        # Every dtype rule of the library words its message "dtype must ..." (src/api/rules.cpp).
+        if "dtype must" in message:
+            return DTypeError(message, argument, code)
+        return ArgumentError(message, argument, code)
+    if code == "unsupported":
+        return UnsupportedError(message, argument, code)
+    if code == "cuda_error":
+        return CudaError(message, argument, code)
+    return InternalError(message, argument, code)
+
+
+def raise_for_status(status: StatusTuple) -> None:
+    """Raises the exception for a status tuple from flashattn._ext; returns for None (ok)."""
+    if status is not None:
+        raise error_from_status(status)

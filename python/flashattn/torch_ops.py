@@ -1,0 +1,249 @@
+"""torch integration: custom ops (torch.library) with fake implementations, and the
+autograd.Functions that flashattn.flash_attn_* use for torch tensors.
+
+Importing this module imports torch; the package itself does not (it imports this on the first
+call with a torch tensor).
+
+* Tensors reach the C++ library through DLPack: nothing here is compiled against torch, so one
+  build of the extension serves every torch version.
+* Outputs are allocated here with torch (its caching allocator, on the tensors' device) and the
+  library runs on ``torch.cuda.current_stream()``; nothing reads device memory from the host, so
+  calls can be captured in CUDA graphs.
+* The ops ``flashattn::fwd``, ``flashattn::bwd``, ``flashattn::fwd_kvcache`` and
+  ``flashattn::combine`` have fake (meta) implementations computing output shapes only, so
+  ``torch.compile(fullgraph=True)`` traces through them.
+* Dropout draws a 62-bit Philox seed from torch's CPU generator inside the op (so
+  ``torch.manual_seed`` makes it reproducible and torch.compile does not bake it into the graph)
+  and returns it as a CPU int64 tensor ``rng_state = [seed, offset]`` for the backward. A CUDA
+  graph that captured a dropout call replays the same mask (the seed is a host value).
+* float64 tensors (CPU or CUDA) are computed in float32 (the C++ API has no float64) and the
+  results cast back; this exists for torch.autograd.gradcheck on tiny inputs, whose tolerances must
+  then be those of float32 arithmetic (see tests/python/test_torch.py).
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _ext
+from ._errors import raise_for_status
+
+
+def _stream(t: Tensor) -> int:
+    """The raw cudaStream_t of torch's current stream on t's device (0 for host tensors)."""
+    if t.device.type == "cuda":
+        return torch.cuda.current_stream(t.device).cuda_stream
+    return 0
+
+
+def _dl(t: Optional[Tensor]) -> Optional[Tensor]:
+    """DLPack refuses tensors that require grad; the library only reads or writes their memory."""
+    return None if t is None else t.detach()
+
+
+def _compute(t: Optional[Tensor]) -> Optional[Tensor]:
+    """float64 -> float32 (the library has no float64); other dtypes as they are."""
+    if t is None:
+        return None
+    t = t.detach()
+    return t.float() if t.dtype == torch.float64 else t
+
+
+def _last_dim_contiguous(t: Tensor) -> Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
+
+
+def _out_shape(q: Tensor, v: Tensor) -> List[int]:
+    return list(q.shape[:-1]) + [v.shape[-1]]
+
+
+def _lse_shape(q: Tensor, varlen: bool) -> List[int]:
+    # dense (batch, heads_q, seqlen_q); varlen (heads_q, total_q)
+    return [q.shape[1], q.shape[0]] if varlen else [q.shape[0], q.shape[2], q.shape[1]]
+
+
+def _draw_rng_state(dropout_p: float) -> Tensor:
+    if dropout_p > 0:
+        # Drawn from the CPU generator: a host value, no device synchronisation.
+        return torch.stack([torch.randint(0, 2**62, (), dtype=torch.int64), torch.zeros((), dtype=torch.int64)])
+    return torch.zeros(2, dtype=torch.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# flashattn::fwd / flashattn::bwd
+# ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+        seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+        window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
+        num_splits: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Forward attention: (out, softmax_lse, rng_state). Dense (batch, seqlen, heads, d) or varlen
+    (total, heads, d) with int32 cu_seqlens."""
+    varlen = cu_seqlens_q is not None
+    qc, kc, vc = _compute(q), _compute(k), _compute(v)
+    out = torch.empty(_out_shape(qc, vc), dtype=qc.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(qc, varlen), dtype=torch.float32, device=q.device)
+    rng_state = _draw_rng_state(dropout_p)
+    seed, offset = (int(x) for x in rng_state.tolist())  # a CPU tensor: no device sync
+    raise_for_status(_ext.fwd(
+        qc, kc, vc, out, softmax_lse=lse, cu_seqlens_q=_dl(cu_seqlens_q), cu_seqlens_k=_dl(cu_seqlens_k),
+        seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
+        softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
+        dropout_offset=offset, num_splits=num_splits, stream=_stream(q)))
+    return out.to(q.dtype), lse, rng_state
+
+
+@fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits):
+    varlen = cu_seqlens_q is not None
+    out = q.new_empty(_out_shape(q, v))
+    lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
+    return out, lse, torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+        max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
+        window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float, rng_state: Tensor,
+        deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """Gradients (dq, dk, dv) of flashattn::fwd with the same options and its rng_state."""
+    qc, kc, vc, oc = _compute(q), _compute(k), _compute(v), _compute(out)
+    doc = _last_dim_contiguous(_compute(dout))
+    dq = torch.empty(qc.shape, dtype=qc.dtype, device=q.device)
+    dk = torch.empty(kc.shape, dtype=qc.dtype, device=q.device)
+    dv = torch.empty(vc.shape, dtype=qc.dtype, device=q.device)
+    seed, offset = (int(x) for x in rng_state.tolist())
+    raise_for_status(_ext.bwd(
+        doc, qc, kc, vc, oc, _dl(softmax_lse), dq, dk, dv, cu_seqlens_q=_dl(cu_seqlens_q),
+        cu_seqlens_k=_dl(cu_seqlens_k), seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+        window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p,
+        dropout_seed=seed, dropout_offset=offset, deterministic=deterministic, stream=_stream(q)))
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@bwd.register_fake
+def _(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
+      deterministic):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+class FlashAttnFunc(torch.autograd.Function):
+    """Differentiable attention over flashattn::fwd/bwd: dense or varlen (with cu_seqlens).
+    Returns (out, softmax_lse, rng_state); only out is differentiable."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
+                cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+                alibi_slopes: Optional[Tensor], dropout_p: float, num_splits: int,
+                deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        out, lse, rng_state = torch.ops.flashattn.fwd(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+            window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state)
+        ctx.options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+                       dropout_p, deterministic)
+        ctx.mark_non_differentiable(lse, rng_state)
+        return out, lse, rng_state
+
+    @staticmethod
+    def backward(ctx: Any, dout: Tensor, *unused: Any) -> Tuple[Optional[Tensor], ...]:
+        q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state = ctx.saved_tensors
+        (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p,
+         deterministic) = ctx.options
+        dq, dk, dv = torch.ops.flashattn.bwd(
+            dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+            softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
+            deterministic)
+        return (dq, dk, dv) + (None,) * 14
+
+
+# ---------------------------------------------------------------------------------------------
+# flashattn::fwd_kvcache (inference: not differentiable)
+# ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
+                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
+                rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
+                softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+                alibi_slopes: Optional[Tensor], num_splits: int) -> Tuple[Tensor, Tensor]:
+    """Attention over a KV cache; k_new/v_new are appended into the caches in place."""
+    out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+    lse = torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device)
+    raise_for_status(_ext.fwd_kvcache(
+        _dl(q), k_cache.detach(), v_cache.detach(), out, k_new=_dl(k_new), v_new=_dl(v_new),
+        cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx), block_table=_dl(block_table),
+        rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
+        softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+        window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
+        stream=_stream(q)))
+    return out, lse
+
+
+@fwd_kvcache.register_fake
+def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, block_table, rotary_cos, rotary_sin,
+      rotary_interleaved, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, num_splits):
+    return q.new_empty(_out_shape(q, v_cache)), q.new_empty(_lse_shape(q, False), dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# flashattn::combine
+# ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("flashattn::combine", mutates_args=())
+def combine(out_partial: Tensor, lse_partial: Tensor, out_dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    """Library layout: out_partial (splits, batch, seqlen, heads, d) or (splits, total, heads, d),
+    lse_partial (splits, batch, heads, seqlen) or (splits, heads, total), both float32.
+    Returns (out, lse (batch, heads, seqlen) or (heads, total))."""
+    out = torch.empty(out_partial.shape[1:], dtype=out_dtype, device=out_partial.device)
+    lse = torch.empty(lse_partial.shape[1:], dtype=torch.float32, device=out_partial.device)
+    raise_for_status(_ext.combine(_dl(out_partial), _dl(lse_partial), out, softmax_lse=lse,
+                                  stream=_stream(out_partial)))
+    return out, lse
+
+
+@combine.register_fake
+def _(out_partial, lse_partial, out_dtype):
+    return (out_partial.new_empty(out_partial.shape[1:], dtype=out_dtype),
+            lse_partial.new_empty(lse_partial.shape[1:], dtype=torch.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# What interface.py calls for torch tensors
+# ---------------------------------------------------------------------------------------------
+def attention(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+              seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+              causal: bool, window_size: Tuple[int, int], softcap: float, alibi_slopes: Optional[Tensor],
+              dropout_p: float, num_splits: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, softmax_lse, rng_state), differentiable in q, k, v."""
+    return FlashAttnFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q), int(max_seqlen_k),
+                               float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
+                               float(softcap), alibi_slopes, float(dropout_p), int(num_splits), bool(deterministic))
+
+
+def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) -> Tuple[Tensor, Tensor]:
+    window_left, window_right = kw.pop("window_size")
+    return torch.ops.flashattn.fwd_kvcache(
+        q, k_cache, v_cache, kw["k_new"], kw["v_new"], kw["cache_seqlens"], kw["cache_batch_idx"],
+        kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
+        float(kw["softmax_scale"]), bool(kw["causal"]), int(window_left), int(window_right), float(kw["softcap"]),
+        kw["alibi_slopes"], int(kw["num_splits"]))
+
+
+def combine_partials(out_partial: Tensor, lse_partial: Tensor, out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
+    return torch.ops.flashattn.combine(out_partial, lse_partial, out_dtype or out_partial.dtype)
+
+
+def dropout_keep_mask(batch: int, heads: int, seqlen_q: int, seqlen_k: int, dropout_p: float,
+                      rng_state: Tensor, device: torch.device) -> Tensor:
+    """The keep-mask (bool, batch x heads x seqlen_q x seqlen_k) a call with rng_state applied."""
+    mask = torch.empty((batch, heads, seqlen_q, seqlen_k), dtype=torch.uint8)
+    seed, offset = (int(x) for x in rng_state.tolist())
+    raise_for_status(_ext.dropout_mask(mask, float(dropout_p), seed, offset))
+    return mask.to(device=device, dtype=torch.bool)
