@@ -25,13 +25,17 @@
 
 namespace flashattn::fa2 {
 
-template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_>
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_>
 struct FwdConfig {
   using Element = Element_;
+  // Dropout is a template flag: its Philox state would otherwise take registers from every call.
+  static constexpr bool kDropout = kDropout_;
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim (q/k and v), multiple of 32
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kWarps = kBlockM / 16;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kMTiles = kBlockM / (16 * kWarps);  // m16 tiles per warp: K/V fragments
+                                                            // loaded once serve all of them
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowStride = kHeadDim + 8;  // elements; +16 bytes against bank conflicts
   static constexpr int kStages = 2;
@@ -40,23 +44,42 @@ struct FwdConfig {
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
   static constexpr int kNTilesS = kBlockN / 8;    // n8 tiles of S per warp
   static constexpr int kNTilesO = kHeadDim / 8;   // n8 tiles of O per warp
-  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % 16 == 0, "tile shape");
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
+  static_assert(kThreads % (kHeadDim / 8) == 0, "a thread's 16-byte chunks must share one column");
 };
 
 // Copies rows [row0, row0 + kRows) of (b, head) into shared memory (row stride kRowStride);
-// rows past `rows_valid` and columns past `dim` are zero-filled.
+// rows past `rows_valid` and columns past `dim` are zero-filled. Each thread copies one column of
+// 16-byte chunks every kRowStep rows, so dense and varlen layouts need one address computation
+// per thread and tile; paged caches look each row's page up.
 template <typename Config, int kRows>
 __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                 int64_t rows_valid, int dim, typename Config::Element* smem) {
   using Element = typename Config::Element;
   constexpr int kChunksPerRow = Config::kHeadDim / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kRowStep = Config::kThreads / kChunksPerRow;
   const Element* base = static_cast<const Element*>(view.data);
-  for (int c = threadIdx.x; c < kChunks; c += Config::kThreads) {
-    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const bool valid = r < rows_valid && col < dim;
-    const Element* src = valid ? base + view.offset(b, row0 + r, head) + col : base;
-    sm80::cp_async_16(sm80::smem_address(smem + r * Config::kRowStride + col), src, valid);
+  const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+  const bool col_valid = col < dim;
+  static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the threads' row step");
+  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  if (view.block_table == nullptr) {
+    const Element* src = base + view.offset(b, row0 + first_row, head) + col;
+    const int64_t step = kRowStep * view.row_stride;
+#pragma unroll 1  // a rolled loop keeps addresses out of the registers the MMAs need
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      const bool valid = col_valid && first_row + i * kRowStep < rows_valid;
+      sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
+                        valid);
+    }
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      const int r = first_row + i * kRowStep;
+      const bool valid = col_valid && r < rows_valid;
+      sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)),
+                        valid ? base + view.offset(b, row0 + r, head) + col : base, valid);
+    }
   }
 }
 
@@ -64,29 +87,42 @@ template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem p) {
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
+  constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
+  constexpr int kRows = 2 * kMTiles;  // rows a thread holds: group and group + 8 of each m16 tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* smem_q = reinterpret_cast<Element*>(smem_raw);
-  Element* smem_k = smem_q + Config::kSmemQ;                             // [stage][kBlockN][kRowStride]
+  Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]
   Element* smem_v = smem_k + Config::kStages * Config::kSmemKV;
 
   const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int64_t row0 = int64_t(blockIdx.x) * kBlockM;
-  const int64_t sq = p.lens.q(b), sk = p.lens.k(b);
+  const int row0 = int(blockIdx.x) * kBlockM;
+  const int sq = int(p.lens.q(b)), sk = int(p.lens.k(b));
   if (row0 >= sq) return;
   const int64_t hk = p.kv_head(h);
-  const int64_t rows_here = sq - row0 < kBlockM ? sq - row0 : kBlockM;
+  const int rows_here = sq - row0 < kBlockM ? sq - row0 : kBlockM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
+  const int warp_row0 = row0 + warp * 16 * kMTiles;
 
   const KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
-  const int64_t tile_begin = keys.begin / kBlockN;
-  const int64_t tile_end = keys.empty() ? tile_begin : (keys.end + kBlockN - 1) / kBlockN;
+  const int tile_begin = int(keys.begin / kBlockN);
+  const int tile_end = keys.empty() ? tile_begin : int((keys.end + kBlockN - 1) / kBlockN);
 
-  float o[Config::kNTilesO][4];
+  // Row r of this thread is warp_row0 + (r / 2) * 16 + group + (r % 2) * 8; its diagonal key is
+  // row + sk - sq (causal and window limits and the ALiBi distance are relative to it).
+  const int diag0 = warp_row0 + group + sk - sq;
+
+  float o[kMTiles][kNTilesO][4];
 #pragma unroll
-  for (int t = 0; t < Config::kNTilesO; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // rows group and group + 8 of this warp
-  float row_sum[2] = {0.f, 0.f};              // this thread's share; reduced over the quad at the end
+  for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+    for (int t = 0; t < kNTilesO; ++t) o[m][t][0] = o[m][t][1] = o[m][t][2] = o[m][t][3] = 0.f;
+  float row_max[kRows], row_sum[kRows];  // row_sum: this thread's share, reduced over the quad at the end
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.f;
+  }
 
   const ScoreParams score = p.score;
   const float slope = p.alibi_slope(b, h);
@@ -96,20 +132,18 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
 
   if (tile_begin < tile_end) {
+    const int key0 = tile_begin * kBlockN;
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
-    load_tile_async<Config, kBlockN>(p.k, b, hk, tile_begin * kBlockN, sk - tile_begin * kBlockN,
-                                     int(p.head_dim), smem_k);
-    load_tile_async<Config, kBlockN>(p.v, b, hk, tile_begin * kBlockN, sk - tile_begin * kBlockN,
-                                     int(p.head_dim_v), smem_v);
+    load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), smem_k);
+    load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), smem_v);
     sm80::cp_async_commit();
   }
 
-  const int64_t warp_row0 = row0 + warp * 16;
-  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int stage = int(tile - tile_begin) & 1;
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int stage = (tile - tile_begin) & 1;
     // Prefetch the next K/V tile into the other stage (freed by the barrier ending the last step).
     if (tile + 1 < tile_end) {
-      const int64_t next0 = (tile + 1) * kBlockN;
+      const int next0 = (tile + 1) * kBlockN;
       load_tile_async<Config, kBlockN>(p.k, b, hk, next0, sk - next0, int(p.head_dim),
                                        smem_k + (stage ^ 1) * Config::kSmemKV);
       load_tile_async<Config, kBlockN>(p.v, b, hk, next0, sk - next0, int(p.head_dim_v),
@@ -121,102 +155,152 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
 
     const Element* k_tile = smem_k + stage * Config::kSmemKV;
     const Element* v_tile = smem_v + stage * Config::kSmemKV;
-    const int64_t key0 = tile * kBlockN;
+    const int key0 = tile * kBlockN;
 
-    // S = Q K^T for this warp's 16 rows.
-    float s[Config::kNTilesS][4];
+    // S = Q K^T for this warp's rows; each K fragment serves all kMTiles m16 tiles.
+    float s[kMTiles][kNTilesS][4];
 #pragma unroll
-    for (int t = 0; t < Config::kNTilesS; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.f;
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int t = 0; t < kNTilesS; ++t) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.f;
 #pragma unroll
     for (int kstep = 0; kstep < Config::kHeadDim / 16; ++kstep) {
-      uint32_t a[4];
-      const int a_row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-      const int a_col = kstep * 16 + (lane / 16) * 8;
-      sm80::ldmatrix_x4(a, sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+      uint32_t a[kMTiles][4];
 #pragma unroll
-      for (int t = 0; t < Config::kNTilesS; t += 2) {
+      for (int m = 0; m < kMTiles; ++m) {
+        const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        const int a_col = kstep * 16 + (lane / 16) * 8;
+        sm80::ldmatrix_x4(a[m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+      }
+#pragma unroll
+      for (int t = 0; t < kNTilesS; t += 2) {
         uint32_t bk[4];  // b0,b1 of key tiles t and t + 1
         const int b_row = t * 8 + (lane % 8) + (lane / 16) * 8;
         const int b_col = kstep * 16 + ((lane / 8) % 2) * 8;
         sm80::ldmatrix_x4(bk, sm80::smem_address(k_tile + b_row * kRowStride + b_col));
-        sm80::mma_m16n8k16<Element>(s[t], a, bk[0], bk[1]);
-        sm80::mma_m16n8k16<Element>(s[t + 1], a, bk[2], bk[3]);
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          sm80::mma_m16n8k16<Element>(s[m][t], a[m], bk[0], bk[1]);
+          sm80::mma_m16n8k16<Element>(s[m][t + 1], a[m], bk[2], bk[3]);
+        }
       }
     }
 
-    // Logits: softcap, ALiBi and the mask; per-element mask checks only on boundary tiles.
-    const bool full_tile = tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk);
+    // Logits. Each feature is one uniform branch around a branch-free loop; the mask runs only on
+    // tiles that cross a row's visible range.
+    if (softcap) {
 #pragma unroll
-    for (int t = 0; t < Config::kNTilesS; ++t)
+      for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t row = warp_row0 + group + (e / 2) * 8;
-        const int64_t key = key0 + t * 8 + quad * 2 + (e % 2);
-        float x = softcap ? score_to_logit(score, s[t][e]) : s[t][e] * score.scale;
-        if (slope != 0.f) x += alibi_bias(slope, row, key, sq, sk);
-        if (!full_tile && !key_visible(p.mask, row, key, sq, sk)) x = -INFINITY;
-        s[t][e] = x;
+        for (int t = 0; t < kNTilesS; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][t][e] = score_to_logit(score, s[m][t][e]);
+    } else {
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+        for (int t = 0; t < kNTilesS; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][t][e] *= score.scale;
+    }
+    if (slope != 0.f) {
+#pragma unroll
+      for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+        for (int t = 0; t < kNTilesS; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int dist = diag0 + m * 16 + (e / 2) * 8 - (key0 + t * 8 + quad * 2 + (e % 2));
+            s[m][t][e] -= slope * float(abs(dist));
+          }
+    }
+    if (!tile_fully_visible(p.mask, warp_row0, warp_row0 + 16 * kMTiles, key0, key0 + kBlockN, sq, sk)) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int diag = diag0 + (r / 2) * 16 + (r % 2) * 8;
+        const int key_lo = p.mask.window_left >= 0 ? max(0, diag - p.mask.window_left) : 0;
+        const int key_hi = p.mask.window_right >= 0 ? min(sk, diag + p.mask.window_right + 1) : sk;
+#pragma unroll
+        for (int t = 0; t < kNTilesS; ++t)
+#pragma unroll
+          for (int e = 2 * (r % 2); e < 2 * (r % 2) + 2; ++e) {
+            const int key = key0 + t * 8 + quad * 2 + (e % 2);
+            if (key < key_lo || key >= key_hi) s[r / 2][t][e] = -INFINITY;
+          }
       }
+    }
 
-    // Online softmax over the two rows this thread holds; a quad shares each row.
+    // Online softmax; a quad shares each row.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < kRows; ++r) {
+      const int m = r / 2, e0 = 2 * (r % 2);
       float tile_max = -INFINITY;
 #pragma unroll
-      for (int t = 0; t < Config::kNTilesS; ++t) tile_max = fmaxf(tile_max, fmaxf(s[t][2 * r], s[t][2 * r + 1]));
+      for (int t = 0; t < kNTilesS; ++t) tile_max = fmaxf(tile_max, fmaxf(s[m][t][e0], s[m][t][e0 + 1]));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[r], tile_max);
       // A row with nothing visible yet keeps max -inf; use 0 in the exponent to avoid inf - inf.
       const float max_scaled = new_max == -INFINITY ? 0.f : new_max * log2e;
-      const float rescale = sm80::fast_exp2(row_max[r] * log2e - max_scaled);
-      row_max[r] = new_max;
-      row_sum[r] *= rescale;
+      if (new_max != row_max[r]) {
+        const float rescale = sm80::fast_exp2(row_max[r] * log2e - max_scaled);
+        row_sum[r] *= rescale;
 #pragma unroll
-      for (int t = 0; t < Config::kNTilesO; ++t) {
-        o[t][2 * r] *= rescale;
-        o[t][2 * r + 1] *= rescale;
+        for (int t = 0; t < kNTilesO; ++t) {
+          o[m][t][e0] *= rescale;
+          o[m][t][e0 + 1] *= rescale;
+        }
+        row_max[r] = new_max;
       }
 #pragma unroll
-      for (int t = 0; t < Config::kNTilesS; ++t)
+      for (int t = 0; t < kNTilesS; ++t)
 #pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          const float pe = sm80::fast_exp2(s[t][e] * log2e - max_scaled);
+        for (int e = e0; e < e0 + 2; ++e) {
+          const float pe = sm80::fast_exp2(s[m][t][e] * log2e - max_scaled);
           row_sum[r] += pe;
-          s[t][e] = pe;
+          s[m][t][e] = pe;
         }
     }
 
-    if (p.dropout_p > 0.f) {
+    if constexpr (Config::kDropout) {
 #pragma unroll
-      for (int t = 0; t < Config::kNTilesS; ++t)
+      for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t row = warp_row0 + group + r * 8;
-          const int64_t key = key0 + t * 8 + quad * 2;  // even: both keys share one Philox draw
-          const Philox4 bits = dropout_bits(p.dropout_seed, p.dropout_offset, b, p.heads_q, h, row, key);
-          const int w = int(key & 3);
-          s[t][2 * r] = philox_word(bits, w) >= dropout_threshold_bits ? s[t][2 * r] * keep_scale : 0.f;
-          s[t][2 * r + 1] = philox_word(bits, w + 1) >= dropout_threshold_bits ? s[t][2 * r + 1] * keep_scale : 0.f;
-        }
+        for (int t = 0; t < kNTilesS; ++t)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = warp_row0 + m * 16 + group + half * 8;
+            const int key = key0 + t * 8 + quad * 2;  // even: both keys share one Philox draw
+            const Philox4 bits = dropout_bits(p.dropout_seed, p.dropout_offset, b, p.heads_q, h, row, key);
+            const int w = key & 3;
+            float* pe = &s[m][t][2 * half];
+            pe[0] = philox_word(bits, w) >= dropout_threshold_bits ? pe[0] * keep_scale : 0.f;
+            pe[1] = philox_word(bits, w + 1) >= dropout_threshold_bits ? pe[1] * keep_scale : 0.f;
+          }
     }
 
     // O += P V: the S accumulators of key tiles 2k, 2k+1 are the A fragment of k-step k.
 #pragma unroll
     for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
-      uint32_t a[4];
-      a[0] = sm80::pack2<Element>(s[2 * kstep][0], s[2 * kstep][1]);
-      a[1] = sm80::pack2<Element>(s[2 * kstep][2], s[2 * kstep][3]);
-      a[2] = sm80::pack2<Element>(s[2 * kstep + 1][0], s[2 * kstep + 1][1]);
-      a[3] = sm80::pack2<Element>(s[2 * kstep + 1][2], s[2 * kstep + 1][3]);
+      uint32_t a[kMTiles][4];
 #pragma unroll
-      for (int t = 0; t < Config::kNTilesO; t += 2) {
+      for (int m = 0; m < kMTiles; ++m) {
+        a[m][0] = sm80::pack2<Element>(s[m][2 * kstep][0], s[m][2 * kstep][1]);
+        a[m][1] = sm80::pack2<Element>(s[m][2 * kstep][2], s[m][2 * kstep][3]);
+        a[m][2] = sm80::pack2<Element>(s[m][2 * kstep + 1][0], s[m][2 * kstep + 1][1]);
+        a[m][3] = sm80::pack2<Element>(s[m][2 * kstep + 1][2], s[m][2 * kstep + 1][3]);
+      }
+#pragma unroll
+      for (int t = 0; t < kNTilesO; t += 2) {
         uint32_t bv[4];  // b0,b1 of head-dim tiles t and t + 1
         const int v_row = kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
         const int v_col = t * 8 + (lane / 16) * 8;
         sm80::ldmatrix_x4_trans(bv, sm80::smem_address(v_tile + v_row * kRowStride + v_col));
-        sm80::mma_m16n8k16<Element>(o[t], a, bv[0], bv[1]);
-        sm80::mma_m16n8k16<Element>(o[t + 1], a, bv[2], bv[3]);
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m) {
+          sm80::mma_m16n8k16<Element>(o[m][t], a[m], bv[0], bv[1]);
+          sm80::mma_m16n8k16<Element>(o[m][t + 1], a[m], bv[2], bv[3]);
+        }
       }
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
@@ -226,23 +310,24 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   // Epilogue: normalise, write O and the LSE; rows that saw no key get 0 and -inf.
   Element* out = static_cast<Element*>(p.out.data);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < kRows; ++r) {
+    const int m = r / 2, e0 = 2 * (r % 2);
     float sum = row_sum[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const bool empty = row_max[r] == -INFINITY || sum == 0.f;
     const float inv = empty ? 0.f : 1.f / sum;
-    const int64_t row = warp_row0 + group + r * 8;
+    const int row = warp_row0 + m * 16 + group + (r % 2) * 8;
     if (row >= sq) continue;
     Element* out_row = out + p.out.offset(b, row, h);
 #pragma unroll
-    for (int t = 0; t < Config::kNTilesO; ++t) {
+    for (int t = 0; t < kNTilesO; ++t) {
       const int col = t * 8 + quad * 2;
       if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[t][2 * r] * inv, o[t][2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(out_row + col) =
+            sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
     }
-    if (quad == 0 && p.lse.defined())
-      p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] + logf(sum);
+    if (quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] + logf(sum);
   }
 }
 

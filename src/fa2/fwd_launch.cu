@@ -38,12 +38,18 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-template <typename Element>
+template <typename Element, bool kDropout>
 Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64>>(p, stream);
-  if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 64>>(p, stream);
-  return launch<FwdConfig<Element, 256, 64, 32>>(p, stream);
+  // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows.
+  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout>>(p, stream);
+  if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 32, 4, kDropout>>(p, stream);
+  return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout>>(p, stream);
+}
+
+template <typename Element>
+Status dispatch_dropout(const AttnProblem& p, cudaStream_t stream) {
+  return p.dropout_p > 0.f ? dispatch_head_dim<Element, true>(p, stream) : dispatch_head_dim<Element, false>(p, stream);
 }
 
 }  // namespace
@@ -51,8 +57,8 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
 Status fwd(const AttnProblem& p, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   switch (p.dtype) {
-    case DType::F16: return dispatch_head_dim<__half>(p, s);
-    case DType::BF16: return dispatch_head_dim<__nv_bfloat16>(p, s);
+    case DType::F16: return dispatch_dropout<__half>(p, s);
+    case DType::BF16: return dispatch_dropout<__nv_bfloat16>(p, s);
     default:
       return Status::error(ErrorCode::Unsupported, "q",
                            std::string("argument 'q': the fa2 kernels take float16 or bfloat16, got ") +
