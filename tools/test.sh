@@ -11,3 +11,5 @@ fa_build "$FA_ROOT/build"
 fa_log "running tests with $FA_JOBS jobs"
 cd "$FA_ROOT/build"
 ctest --output-on-failure -j "$FA_JOBS"
+# The Python package (numpy tests everywhere; torch tests where torch is installed in its venv).
+bash "$FA_ROOT/tools/test_python.sh"
