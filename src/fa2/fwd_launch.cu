@@ -43,7 +43,7 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows.
   if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout>>(p, stream);
-  if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 32, 4, kDropout>>(p, stream);
+  if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout>>(p, stream);
   return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout>>(p, stream);
 }
 
