@@ -4,7 +4,6 @@
 // (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN keys
 // stream through shared memory in a two-stage cp.async pipeline; S = Q K^T and O += P V run on
 // m16n8k16 MMAs, with P handed from the S accumulators to the A operand in registers.
-// K and V load in separate cp.async groups so each GEMM waits only for its own operand.
 // Shared-memory rows are padded by 16 bytes, which keeps ldmatrix free of bank conflicts for
 // every head dim.
 #pragma once
@@ -132,27 +131,27 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   const uint32_t dropout_threshold_bits = dropout_threshold(p.dropout_p);
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
 
-  // Pipeline: K and V travel in separate cp.async groups, so the S GEMM waits only for K (V
-  // still in flight) and P V only for V (the next K already in flight). Groups complete in order.
   if (tile_begin < tile_end) {
     const int key0 = tile_begin * kBlockN;
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
     load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), smem_k);
-    sm80::cp_async_commit();
     load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), smem_v);
     sm80::cp_async_commit();
   }
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int stage = (tile - tile_begin) & 1;
-    const bool has_next = tile + 1 < tile_end;
-    const int next0 = (tile + 1) * kBlockN;
-    sm80::cp_async_wait<1>();  // Q and K of this tile (its V may still be in flight)
-    __syncthreads();           // ...for every thread; and all warps are past the last tile's S
-    if (has_next)
+    // Prefetch the next K/V tile into the other stage (freed by the barrier ending the last step).
+    if (tile + 1 < tile_end) {
+      const int next0 = (tile + 1) * kBlockN;
       load_tile_async<Config, kBlockN>(p.k, b, hk, next0, sk - next0, int(p.head_dim),
                                        smem_k + (stage ^ 1) * Config::kSmemKV);
+      load_tile_async<Config, kBlockN>(p.v, b, hk, next0, sk - next0, int(p.head_dim_v),
+                                       smem_v + (stage ^ 1) * Config::kSmemKV);
+    }
     sm80::cp_async_commit();
+    sm80::cp_async_wait<1>();
+    __syncthreads();
 
     const Element* k_tile = smem_k + stage * Config::kSmemKV;
     const Element* v_tile = smem_v + stage * Config::kSmemKV;
@@ -280,13 +279,6 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
           }
     }
 
-    sm80::cp_async_wait<1>();  // this tile's V (the next K may still be in flight)
-    __syncthreads();           // ...for every thread; and all warps are past the last tile's P V
-    if (has_next)
-      load_tile_async<Config, kBlockN>(p.v, b, hk, next0, sk - next0, int(p.head_dim_v),
-                                       smem_v + (stage ^ 1) * Config::kSmemKV);
-    sm80::cp_async_commit();
-
     // O += P V: the S accumulators of key tiles 2k, 2k+1 are the A fragment of k-step k.
 #pragma unroll
     for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
@@ -311,6 +303,7 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
         }
       }
     }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
   sm80::cp_async_wait<0>();
 
