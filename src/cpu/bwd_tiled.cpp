@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/split_kv.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/element_io.h"
 #include "cpu/thread_pool.h"
@@ -26,10 +27,6 @@ struct BwdScratch {
         acc_b(size_t(kBlockN * dv)), lse(kBlockM), delta(kBlockM), row_buffer(size_t(std::max(d, dv))) {}
   Scratch<float> q, dout, kt, vt, k, p, p_drop, dp, grad_factor, acc_a, acc_b, lse, delta, row_buffer;
 };
-
-int64_t packed_row_base(const AttnProblem& p, int64_t b) {
-  return p.lens.cu_seqlens_q != nullptr ? int64_t(p.lens.cu_seqlens_q[b]) : b * p.lens.seqlen_q;
-}
 
 // Rows of k/v stored for sequence b (seqused_k may use fewer).
 int64_t stored_keys(const AttnProblem& p, int64_t b) {

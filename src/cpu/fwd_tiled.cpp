@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/split_kv.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/element_io.h"
 #include "cpu/fwd_row_block.h"
@@ -95,12 +96,6 @@ void attend_row_block(const AttnProblem& p, int64_t b, int64_t h, int64_t row0, 
 
 namespace {
 
-// Row offset of sequence b in a packed (rows, heads, dim) numbering: varlen offsets or b * seqlen.
-int64_t packed_row_base(const AttnProblem& p, int64_t b) {
-  return p.lens.cu_seqlens_q != nullptr ? int64_t(p.lens.cu_seqlens_q[b]) : b * p.lens.seqlen_q;
-}
-int64_t packed_rows(const AttnProblem& p) { return packed_row_base(p, p.batch); }
-
 struct RowBlock {
   int64_t b, h, row0;
   int rows;
@@ -157,57 +152,29 @@ Status fwd(const AttnProblem& p) {
     return {};
   }
 
-  // Split-KV: each split attends to its share of key tiles and leaves a normalised partial O
-  // and its LSE; combine() merges them exactly.
-  const int64_t total_rows = packed_rows(p);
-  Scratch<float> out_partial(size_t(splits * total_rows * p.heads_q * p.head_dim_v));
-  Scratch<float> lse_partial(size_t(splits * total_rows * p.heads_q));
-  const CombineStrides partial_strides{total_rows * p.heads_q * p.head_dim_v, 0,
-                                       p.heads_q * p.head_dim_v, p.head_dim_v};
-  const CombineStrides lse_partial_strides{total_rows * p.heads_q, 0, p.heads_q, 1};
+  // Split-KV (common/split_kv.h): each split leaves a normalised partial O and its LSE; combine()
+  // merges them exactly and writes out and lse.
+  SplitWorkspace ws;
+  ws.splits = splits;
+  ws.total_rows = packed_row_base(p, p.batch);
+  Scratch<float> out_partial(size_t(splits * ws.total_rows * p.heads_q * p.head_dim_v));
+  Scratch<float> lse_partial(size_t(splits * ws.total_rows * p.heads_q));
+  ws.out_partial = out_partial.data();
+  ws.lse_partial = lse_partial.data();
   parallel_for(int64_t(blocks.size()) * splits, [&](int64_t item, int worker) {
     const RowBlock& blk = blocks[size_t(item / splits)];
     const int split = int(item % splits);
-    const int64_t sk = p.lens.k(blk.b);
-    const int64_t tiles = (sk + kBlockN - 1) / kBlockN;
-    const int64_t tiles_per_split = (tiles + splits - 1) / splits;
-    const int64_t key_begin = std::min(sk, split * tiles_per_split * kBlockN);
-    const int64_t key_end = std::min(sk, (split + 1) * tiles_per_split * kBlockN);
-    FwdScratch& ws = scratch[size_t(worker)];
-    attend_row_block(p, blk.b, blk.h, blk.row0, blk.rows, key_begin, key_end, ws);
+    const KeyRange keys = split_key_range(p.lens.k(blk.b), kBlockN, split, splits);
+    FwdScratch& scratch_w = scratch[size_t(worker)];
+    attend_row_block(p, blk.b, blk.h, blk.row0, blk.rows, keys.begin, keys.end, scratch_w);
     const int64_t base = packed_row_base(p, blk.b) + blk.row0;
     for (int i = 0; i < blk.rows; ++i) {
-      std::copy(ws.o.data() + i * p.head_dim_v, ws.o.data() + (i + 1) * p.head_dim_v,
-                out_partial.data() + partial_strides.offset(split, 0, base + i, blk.h));
-      lse_partial[size_t(lse_partial_strides.offset(split, 0, base + i, blk.h))] = ws.lse[i];
+      std::copy(scratch_w.o.data() + i * p.head_dim_v, scratch_w.o.data() + (i + 1) * p.head_dim_v,
+                ws.out_partial + ws.out_offset(p, split, base + i, blk.h));
+      ws.lse_partial[ws.lse_offset(p, split, base + i, blk.h)] = scratch_w.lse[i];
     }
   });
-
-  // combine() writes straight into out and lse. Dense rows are (b, i) with b's own strides;
-  // varlen rows are already packed (cu_seqlens_q[b] + i), so they form one sequence of total_rows.
-  const bool varlen = p.lens.cu_seqlens_q != nullptr;
-  CombineProblem c;
-  c.splits = splits;
-  c.batch = varlen ? 1 : p.batch;
-  c.seqlen = varlen ? total_rows : p.lens.seqlen_q;
-  c.heads = p.heads_q;
-  c.head_dim = p.head_dim_v;
-  c.out_partial = out_partial.data();
-  c.out_partial_strides = partial_strides;
-  c.lse_partial = lse_partial.data();
-  c.lse_partial_strides = lse_partial_strides;
-  if (!varlen) {  // packed row b * seqlen_q + i
-    c.out_partial_strides.batch = p.lens.seqlen_q * partial_strides.row;
-    c.lse_partial_strides.batch = p.lens.seqlen_q * lse_partial_strides.row;
-  }
-  c.out = p.out.data;
-  c.out_dtype = p.out_dtype;
-  c.out_strides = {0, varlen ? 0 : p.out.batch_stride, p.out.row_stride, p.out.head_stride};
-  if (p.lse.defined()) {
-    c.lse = p.lse.data;
-    c.lse_strides = {0, varlen ? 0 : p.lse.batch_stride, p.lse.row_stride, p.lse.head_stride};
-  }
-  return combine(c);
+  return combine(split_combine_problem(p, ws));
 }
 
 }  // namespace flashattn::cpu
