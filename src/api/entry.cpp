@@ -96,19 +96,27 @@ Status run_bwd(Target target, const BwdProblem& problem, void* /*stream*/) {
   return kernels_not_built(target);
 }
 
-Status run_fwd_kvcache(Target target, const KvCacheProblem& problem, void* /*stream*/) {
+Status run_fwd_kvcache(Target target, const KvCacheProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {
     case Target::Cpu: return cpu::fwd_kvcache(problem);
+#if defined(FLASHATTN_WITH_CUDA)
+    case Target::Fa2: return fa2::fwd_kvcache(problem, stream);
+#else
     case Target::Fa2:
+#endif
     case Target::Fa3: break;
   }
   return kernels_not_built(target);
 }
 
-Status run_combine(Target target, const CombineProblem& problem, void* /*stream*/) {
+Status run_combine(Target target, const CombineProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {
     case Target::Cpu: return cpu::combine(problem);
+#if defined(FLASHATTN_WITH_CUDA)
+    case Target::Fa2: return fa2::combine(problem, stream);
+#else
     case Target::Fa2:
+#endif
     case Target::Fa3: break;
   }
   return kernels_not_built(target);

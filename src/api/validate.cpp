@@ -255,6 +255,7 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   lens.seqlen_q = rows_q;
   lens.seqlen_k = rows_k;
   lens.cu_seqlens_q = varlen ? int_pointer(cu_q) : nullptr;
+  lens.total_q = varlen ? rows_q : batch * rows_q;
   lens.cu_seqlens_k = varlen ? int_pointer(cu_k) : nullptr;
   lens.seqused_k = int_pointer(seqused);
   if (varlen) {
@@ -586,6 +587,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.out = dense_rows(out);
   p.lse = lse_view(lse, TensorView{});
   p.lens.seqlen_q = seqlen_q;
+  p.lens.total_q = p.batch * seqlen_q;
   p.lens.seqlen_k = capacity;  // without cache_seqlens every slot is a key; with them, a bound
   p.lens.cache_seqlens = seqlens;
   p.lens.seqlen_k_added = cache_seqlens.defined() ? seqlen_new : 0;

@@ -156,7 +156,7 @@ Status fwd(const AttnProblem& p) {
   // merges them exactly and writes out and lse.
   SplitWorkspace ws;
   ws.splits = splits;
-  ws.total_rows = packed_row_base(p, p.batch);
+  ws.total_rows = p.lens.total_q;
   Scratch<float> out_partial(size_t(splits * ws.total_rows * p.heads_q * p.head_dim_v));
   Scratch<float> lse_partial(size_t(splits * ws.total_rows * p.heads_q));
   ws.out_partial = out_partial.data();

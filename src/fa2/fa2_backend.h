@@ -1,13 +1,19 @@
 // The FA2 backend (mma.sync kernels, sm80+). Compiled only when the library is built with CUDA.
 #pragma once
 
+#include "common/kvcache_problem.h"
 #include "common/problem.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa2 {
 
-// Forward over device tensors, enqueued on `stream` (a cudaStream_t). num_splits is a hint this
-// kernel does not need (one CTA per row block already fills the GPU when rows are many).
+// Forward over device tensors, enqueued on `stream` (a cudaStream_t); num_splits: 1 = one pass,
+// > 1 = split-KV with that many splits, 0 = split only when the row blocks cannot fill the GPU.
 Status fwd(const AttnProblem& problem, void* stream);
+// Merges split-KV partials (float32) into out and lse on the device.
+Status combine(const CombineProblem& problem, void* stream);
+// Rotary + append of k_new/v_new into the (dense or paged) cache, rotary on q, then fwd over the
+// cache (split over keys when the rows alone do not fill the GPU).
+Status fwd_kvcache(const KvCacheProblem& problem, void* stream);
 
 }  // namespace flashattn::fa2

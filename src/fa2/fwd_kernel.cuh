@@ -22,6 +22,7 @@
 #include "common/philox.h"
 #include "common/problem.h"
 #include "common/score.h"
+#include "common/split_kv.h"
 
 namespace flashattn::fa2 {
 
@@ -84,7 +85,7 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
 }
 
 template <typename Config>
-__global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem p) {
+__global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
   constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
@@ -94,8 +95,10 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]
   Element* smem_v = smem_k + Config::kStages * Config::kSmemKV;
 
+  // blockIdx.x = row block * splits + split; without split-KV there is one split.
   const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int row0 = int(blockIdx.x) * kBlockM;
+  const int split = int(blockIdx.x) % split_ws.splits;
+  const int row0 = int(blockIdx.x) / split_ws.splits * kBlockM;
   const int sq = int(p.lens.q(b)), sk = int(p.lens.k(b));
   if (row0 >= sq) return;
   const int64_t hk = p.kv_head(h);
@@ -104,7 +107,11 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   const int group = lane / 4, quad = lane % 4;
   const int warp_row0 = row0 + warp * 16 * kMTiles;
 
-  const KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
+  KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
+  if (split_ws.splits > 1) {
+    const KeyRange share = split_key_range(sk, kBlockN, split, split_ws.splits);
+    keys = {max(keys.begin, share.begin), min(keys.end, share.end)};
+  }
   const int tile_begin = int(keys.begin / kBlockN);
   const int tile_end = keys.empty() ? tile_begin : int((keys.end + kBlockN - 1) / kBlockN);
 
@@ -307,8 +314,11 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   }
   sm80::cp_async_wait<0>();
 
-  // Epilogue: normalise, write O and the LSE; rows that saw no key get 0 and -inf.
+  // Epilogue: normalise, write O and the LSE (or this split's float partials); rows that saw no
+  // key get 0 and -inf.
   Element* out = static_cast<Element*>(p.out.data);
+  const bool to_partials = split_ws.splits > 1;
+  const int64_t packed_base = packed_row_base(p, b);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int m = r / 2, e0 = 2 * (r % 2);
@@ -317,8 +327,19 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const bool empty = row_max[r] == -INFINITY || sum == 0.f;
     const float inv = empty ? 0.f : 1.f / sum;
+    const float lse = empty ? -INFINITY : row_max[r] + logf(sum);
     const int row = warp_row0 + m * 16 + group + (r % 2) * 8;
     if (row >= sq) continue;
+    if (to_partials) {
+      float* part = split_ws.out_partial + split_ws.out_offset(p, split, packed_base + row, h);
+#pragma unroll
+      for (int t = 0; t < kNTilesO; ++t) {
+        const int col = t * 8 + quad * 2;
+        if (col < p.head_dim_v) *reinterpret_cast<float2*>(part + col) = make_float2(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
+      }
+      if (quad == 0) split_ws.lse_partial[split_ws.lse_offset(p, split, packed_base + row, h)] = lse;
+      continue;
+    }
     Element* out_row = out + p.out.offset(b, row, h);
 #pragma unroll
     for (int t = 0; t < kNTilesO; ++t) {
@@ -327,7 +348,7 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
         *reinterpret_cast<uint32_t*>(out_row + col) =
             sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
     }
-    if (quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] + logf(sum);
+    if (quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = lse;
   }
 }
 

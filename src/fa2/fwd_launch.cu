@@ -1,47 +1,86 @@
-// Picks the FA2 forward instantiation for a call (dtype x padded head dim) and launches it.
+// Picks the FA2 forward instantiation for a call (dtype x padded head dim x dropout), plans
+// split-KV, and launches the kernel (and the combine when split).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
+#include "common/split_kv.h"
+#include "fa2/cuda_status.h"
 #include "fa2/fa2_backend.h"
 #include "fa2/fwd_kernel.cuh"
 
 namespace flashattn::fa2 {
 namespace {
 
-Status cuda_error(const char* what, cudaError_t err) {
-  return Status::error(ErrorCode::CudaError, "", std::string("fa2 fwd: ") + what + ": " + cudaGetErrorString(err));
+struct DeviceLimits {
+  int multiprocessors = 0;
+  int smem_optin = 0;
+};
+
+Status device_limits(DeviceLimits* limits) {
+  int device = 0;
+  FA2_CUDA_CHECK("fa2 fwd: reading the device", cudaGetDevice(&device));
+  FA2_CUDA_CHECK("fa2 fwd: reading the device",
+                 cudaDeviceGetAttribute(&limits->multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  FA2_CUDA_CHECK("fa2 fwd: reading the device",
+                 cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return {};
+}
+
+// Splits for num_splits = 0: none when the row blocks already fill the GPU; otherwise enough to
+// reach about two waves, keeping at least two key tiles per split.
+int choose_splits(const AttnProblem& p, int64_t ctas, int64_t tile_keys, int multiprocessors) {
+  if (p.num_splits > 0) return p.num_splits;
+  if (ctas >= multiprocessors) return 1;
+  const int64_t by_keys = std::max<int64_t>(1, p.lens.seqlen_k / (2 * tile_keys));
+  const int64_t wanted = (2 * multiprocessors + ctas - 1) / ctas;
+  return int(std::clamp<int64_t>(std::min(wanted, by_keys), 1, 64));
 }
 
 template <typename Config>
 Status launch(const AttnProblem& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Config>;
-  int device = 0, smem_optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (err != cudaSuccess) return cuda_error("reading the device", err);
-  if (Config::kSmemBytes > smem_optin)
+  DeviceLimits limits;
+  if (Status st = device_limits(&limits); !st.ok()) return st;
+  if (Config::kSmemBytes > limits.smem_optin)
     return Status::error(ErrorCode::Unsupported, "q",
                          "fa2 fwd: head dim " + std::to_string(p.head_dim) + " needs " +
                              std::to_string(Config::kSmemBytes) + " bytes of shared memory per block, the GPU has " +
-                             std::to_string(smem_optin));
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
-  if (err != cudaSuccess) return cuda_error("raising the shared-memory limit", err);
+                             std::to_string(limits.smem_optin));
+  FA2_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
+                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  if (row_blocks > 0x7fffffff || p.heads_q > 65535 || p.batch > 65535)
+  if (p.heads_q > 65535 || p.batch > 65535)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: more than 65535 heads or sequences per call");
   if (row_blocks == 0 || p.batch == 0) return {};
-  const dim3 grid(unsigned(row_blocks), unsigned(p.heads_q), unsigned(p.batch));
-  kernel<<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(p);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return cuda_error("launch", err);
+  const int splits = choose_splits(p, row_blocks * p.heads_q * p.batch, Config::kBlockN, limits.multiprocessors);
+  if (row_blocks * splits > 0x7fffffff)
+    return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: too many row blocks for one launch");
+  const dim3 grid(unsigned(row_blocks * splits), unsigned(p.heads_q), unsigned(p.batch));
+
+  SplitWorkspace ws;
+  StreamBuffer buffer(stream);
+  if (splits > 1) {
+    ws.splits = splits;
+    ws.total_rows = p.lens.total_q;
+    const size_t out_elems = size_t(splits) * ws.total_rows * p.heads_q * p.head_dim_v;
+    const size_t lse_elems = size_t(splits) * ws.total_rows * p.heads_q;
+    if (Status st = buffer.allocate((out_elems + lse_elems) * sizeof(float)); !st.ok()) return st;
+    ws.out_partial = buffer.as<float>();
+    ws.lse_partial = ws.out_partial + out_elems;
+  }
+  kernel<<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(p, ws);
+  FA2_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
+  if (splits > 1) return combine(split_combine_problem(p, ws), stream);
   return {};
 }
 
 template <typename Element, bool kDropout>
 Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows.
+  // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. The dropout
+  // variants take smaller tiles where the Philox state would otherwise spill.
   if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout>>(p, stream);
   if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout>>(p, stream);
   return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout>>(p, stream);

@@ -35,6 +35,13 @@ class DeviceMirror {
     outputs_.push_back({dev, host});
     return dev;
   }
+  // An input the call also writes (a KV cache it appends to): uploaded and downloaded.
+  TensorView inout(const TensorView& host) {
+    if (!host.defined()) return host;
+    TensorView dev = upload(host);
+    outputs_.push_back({dev, host});
+    return dev;
+  }
   // Waits for the device and copies every output back to its host view.
   void download() {
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -70,6 +77,39 @@ inline Status fwd_on_device(const FwdParams& host) {
   d.out = m.output(host.out);
   d.softmax_lse = m.output(host.softmax_lse);
   const Status st = fwd(d);
+  m.download();
+  return st;
+}
+
+inline Status kvcache_on_device(const KvCacheParams& host) {
+  DeviceMirror m;
+  KvCacheParams d = host;
+  d.q = m.upload(host.q);
+  d.k_cache = m.inout(host.k_cache);
+  d.v_cache = m.inout(host.v_cache);
+  d.k_new = m.upload(host.k_new);
+  d.v_new = m.upload(host.v_new);
+  d.cache_seqlens = m.upload(host.cache_seqlens);
+  d.cache_batch_idx = m.upload(host.cache_batch_idx);
+  d.block_table = m.upload(host.block_table);
+  d.rotary_cos = m.upload(host.rotary_cos);
+  d.rotary_sin = m.upload(host.rotary_sin);
+  d.alibi_slopes = m.upload(host.alibi_slopes);
+  d.out = m.output(host.out);
+  d.softmax_lse = m.output(host.softmax_lse);
+  const Status st = fwd_kvcache(d);
+  m.download();
+  return st;
+}
+
+inline Status combine_on_device(const CombineParams& host) {
+  DeviceMirror m;
+  CombineParams d = host;
+  d.out_partial = m.upload(host.out_partial);
+  d.lse_partial = m.upload(host.lse_partial);
+  d.out = m.output(host.out);
+  d.softmax_lse = m.output(host.softmax_lse);
+  const Status st = combine(d);
   m.download();
   return st;
 }
