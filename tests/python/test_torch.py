@@ -73,18 +73,19 @@ def make(shape, device, dtype, requires_grad=True, generator=None):
 
 
 def check_fwd_bwd(ours_fn, ref_fn, inputs, dtype, device, scale, what):
-    """ours_fn(*inputs) and ref_fn(*inputs) -> out; compares out and the input gradients."""
+    """ours_fn(*inputs) and ref_fn(*inputs) -> out; compares out, then the input gradients. A
+    backward the library cannot run yet skips after the forward was checked."""
     out = run_or_skip(ours_fn, *inputs)
-    dout = torch.randn_like(out)
-    grads = run_or_skip(torch.autograd.grad, out, inputs, dout)
     hi = [x.detach().to(exact_dtype(device)).requires_grad_() for x in inputs]
     lo = [x.detach().clone().requires_grad_() for x in inputs]
     out_hi, out_lo = ref_fn(*hi), ref_fn(*lo)
-    grads_hi = torch.autograd.grad(out_hi, hi, dout.to(out_hi.dtype))
-    grads_lo = torch.autograd.grad(out_lo, lo, dout)
     assert out.dtype == inputs[0].dtype and out.shape == out_hi.shape
     q, k, v = inputs[:3]
     assert_within_rule(out, out_hi, out_lo, floor_for(dtype, q, k, v, scale, out_hi), f"{what} out")
+    dout = torch.randn_like(out)
+    grads = run_or_skip(torch.autograd.grad, out, inputs, dout)
+    grads_hi = torch.autograd.grad(out_hi, hi, dout.to(out_hi.dtype))
+    grads_lo = torch.autograd.grad(out_lo, lo, dout)
     for name, g, g_hi, g_lo in zip("qkv", grads, grads_hi, grads_lo):
         assert g.shape == g_hi.shape and g.dtype == inputs[0].dtype
         assert_within_rule(g, g_hi, g_lo, floor_for(dtype, q, k, v, scale, g_hi) * 4, f"{what} d{name}")
@@ -161,10 +162,12 @@ def test_packed_fwd_bwd(device, dtype):
     g = torch.Generator().manual_seed(6)
     qkv = make((2, 21, 3, 4, 32), device, dtype, generator=g)
     out = run_or_skip(flash_attn_qkvpacked_func, qkv, causal=True)
-    (dqkv,) = torch.autograd.grad(out.float().square().sum(), (qkv,))
     parts = [qkv[:, :, i].detach().clone().requires_grad_() for i in range(3)]
     expected = flash_attn_func(*parts, causal=True)
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    out_kv = flash_attn_kvpacked_func(qkv[:, :, 0], qkv[:, :, 1:], causal=True)
+    torch.testing.assert_close(out_kv, expected, atol=0, rtol=0)
+    (dqkv,) = run_or_skip(torch.autograd.grad, out.float().square().sum(), (qkv,))
     grads = torch.autograd.grad(expected.float().square().sum(), parts)
     torch.testing.assert_close(dqkv, torch.stack(grads, dim=2), atol=0, rtol=0)
     q = qkv[:, :, 0].detach().clone().requires_grad_()
@@ -206,14 +209,14 @@ def test_varlen_packed_fwd_bwd(device, dtype):
     g = torch.Generator().manual_seed(8)
     qkv = make((sum(lens), 3, 2, 32), device, dtype, generator=g)
     out = run_or_skip(flash_attn_varlen_qkvpacked_func, qkv, cu, max(lens), causal=True)
-    (dqkv,) = torch.autograd.grad(out.float().sum(), (qkv,))
     parts = [qkv[:, i].detach().clone().requires_grad_() for i in range(3)]
     expected = flash_attn_varlen_func(*parts, cu, cu, max(lens), max(lens), causal=True)
     torch.testing.assert_close(out, expected, atol=0, rtol=0)
-    grads = torch.autograd.grad(expected.float().sum(), parts)
-    torch.testing.assert_close(dqkv, torch.stack(grads, dim=1), atol=0, rtol=0)
     out_kv = flash_attn_varlen_kvpacked_func(qkv[:, 0], qkv[:, 1:], cu, cu, max(lens), max(lens), causal=True)
     torch.testing.assert_close(out_kv, expected, atol=0, rtol=0)
+    (dqkv,) = run_or_skip(torch.autograd.grad, out.float().sum(), (qkv,))
+    grads = torch.autograd.grad(expected.float().sum(), parts)
+    torch.testing.assert_close(dqkv, torch.stack(grads, dim=1), atol=0, rtol=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,40 +317,63 @@ def test_opcheck_custom_ops():
                           test_utils=("test_schema", "test_faketensor"))
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_compile_fullgraph(device):
+def _compile_inputs(device):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     g = torch.Generator().manual_seed(14)
-    q, k, v = (make((2, 24, 4, 64), device, dtype, generator=g) for _ in range(3))
+    return dtype, [make((2, 24, 4, 64), device, dtype, generator=g) for _ in range(3)]
 
-    def layer(q, k, v):
-        out = flash_attn_func(q * 2, k, v, causal=True)
-        return (out.float() ** 2).sum()
 
-    eager = run_or_skip(layer, q, k, v)
+def _layer(q, k, v):
+    out = flash_attn_func(q * 2, k, v, causal=True)
+    return (out.float() ** 2).sum()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_forward(device):
+    dtype, (q, k, v) = _compile_inputs(device)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = run_or_skip(_layer, q, k, v)
+        torch.testing.assert_close(torch.compile(_layer, fullgraph=True)(q, k, v), eager)
+        cu = _cu([10, 14], device)
+        varlen = torch.compile(lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, 14, 14, causal=True),
+                               fullgraph=True)
+        qv, kv, vv = (x.detach().reshape(48, 4, 64)[:24] for x in (q, k, v))
+        torch.testing.assert_close(varlen(qv, kv, vv), flash_attn_varlen_func(qv, kv, vv, cu, cu, 14, 14,
+                                                                              causal=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_backward(device):
+    dtype, (q, k, v) = _compile_inputs(device)
+    eager = run_or_skip(_layer, q, k, v)
     eager_grads = run_or_skip(torch.autograd.grad, eager, (q, k, v))
     torch._dynamo.reset()
-    compiled = torch.compile(layer, fullgraph=True)
-    loss = compiled(q, k, v)
+    loss = torch.compile(_layer, fullgraph=True)(q, k, v)
     grads = torch.autograd.grad(loss, (q, k, v))
     torch.testing.assert_close(loss, eager)
     for a, b in zip(grads, eager_grads):
         torch.testing.assert_close(a, b)
 
-    cu = _cu([10, 14], device)
-    varlen = torch.compile(lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, 14, 14, causal=True),
-                           fullgraph=True)
-    qv, kv, vv = (x.detach().reshape(48, 4, 64)[:24] for x in (q, k, v))
-    torch.testing.assert_close(varlen(qv, kv, vv), flash_attn_varlen_func(qv, kv, vv, cu, cu, 14, 14, causal=True))
 
-    k_cache, v_cache = torch.zeros((2, 32, 4, 64), device=device, dtype=dtype), torch.zeros((2, 32, 4, 64),
-                                                                                           device=device, dtype=dtype)
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_kvcache_and_combine(device):
+    dtype, (q, k, v) = _compile_inputs(device)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    run_or_skip(flash_attn_with_kvcache, q[:, :1], k[:, :4], v[:, :4])  # skips where the backend lacks it
+    k_cache, v_cache = (torch.zeros((2, 32, 4, 64), device=device, dtype=dtype) for _ in range(2))
     lens = torch.tensor([3, 9], dtype=torch.int32, device=device)
+    torch._dynamo.reset()
     decode = torch.compile(lambda q, kn, vn: flash_attn_with_kvcache(q, k_cache, v_cache, kn, vn, cache_seqlens=lens,
                                                                       causal=True), fullgraph=True)
-    out = decode(q.detach()[:, :1], k.detach()[:, :1], v.detach()[:, :1])
+    out = decode(q[:, :1], k[:, :1], v[:, :1])
     assert out.shape == (2, 1, 4, 64)
-    assert torch.equal(k_cache[0, 3], k.detach()[0, 0]) and torch.equal(k_cache[1, 9], k.detach()[1, 0])
+    assert torch.equal(k_cache[0, 3], k[0, 0]) and torch.equal(k_cache[1, 9], k[1, 0])
+    partial = torch.randn((2, 2, 3, 4, 64), device=device)
+    lse_partial = torch.randn((2, 2, 3, 4), device=device)
+    run_or_skip(flash_attn_combine, partial, lse_partial)
+    combined = torch.compile(lambda o, l: flash_attn_combine(o, l), fullgraph=True)(partial, lse_partial)
+    torch.testing.assert_close(combined[0], flash_attn_combine(partial, lse_partial)[0])
 
 
 # ---------------------------------------------------------------------------------------------
