@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "common/split_kv.h"
@@ -76,8 +77,32 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
+// Tile experiments: FLASHATTN_FA2_FWD_VARIANT=1 or 2 picks an alternative non-dropout tiling
+// (bench only; 0 or unset is the default).
+int tile_variant() {
+  static const int variant = [] {
+    const char* v = std::getenv("FLASHATTN_FA2_FWD_VARIANT");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  return variant;
+}
+
 template <typename Element, bool kDropout>
 Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
+  if constexpr (!kDropout) {
+    const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+    const int variant = tile_variant();
+    if (variant == 1) {
+      if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false>>(p, stream);
+      if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 64, 8, false>>(p, stream);
+      return launch<FwdConfig<Element, 256, 128, 32, 8, false>>(p, stream);
+    }
+    if (variant == 2) {
+      if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false>>(p, stream);
+      if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false>>(p, stream);
+      return launch<FwdConfig<Element, 256, 64, 64, 4, false>>(p, stream);
+    }
+  }
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. The dropout
   // variants take smaller tiles where the Philox state would otherwise spill.
