@@ -71,7 +71,7 @@ struct ConversionError {
 }
 
 std::string dlpack_dtype_string(const nb::dlpack::dtype& dt) {
-  const char* kind = "code" ;
+  const char* kind = "";
   switch (static_cast<nb::dlpack::dtype_code>(dt.code)) {
     case nb::dlpack::dtype_code::Int: kind = "int"; break;
     case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
@@ -96,7 +96,7 @@ DType to_dtype(const nb::dlpack::dtype& dt, const char* name) {
     if (code == Code::UInt && dt.bits == 8) return DType::U8;
   }
   conversion_error("invalid_argument", name,
-                   "dtype must be one the library knows (float32, float16, bfloat16, float8_e4m3fn, int32, uint8)",
+                   "dtype must be one of float32, float16, bfloat16, float8_e4m3fn, int32, uint8",
                    dlpack_dtype_string(dt));
 }
 

@@ -459,7 +459,7 @@ def test_errors_carry_the_library_message():
         flash_attn_func(q, q, torch.zeros((1, 3, 2, 64)))
     with pytest.raises(TypeError, match=r"argument 'q': dtype must be float16, bfloat16 or float32, got int32"):
         flash_attn_func(q.int(), q.int(), q.int())
-    with pytest.raises(TypeError, match="dtype must be one the library knows"):
+    with pytest.raises(TypeError, match="dtype must be one of float32, float16, bfloat16"):
         flash_attn_func(q.to(torch.int16), q, q)
 
 
