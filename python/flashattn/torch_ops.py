@@ -22,7 +22,8 @@ call with a torch tensor).
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import contextlib
+from typing import Any, ContextManager, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -36,6 +37,14 @@ def _stream(t: Tensor) -> int:
     if t.device.type == "cuda":
         return torch.cuda.current_stream(t.device).cuda_stream
     return 0
+
+
+def _on_device(t: Tensor) -> ContextManager:
+    """Makes t's CUDA device current: torch exports CUDA tensors through DLPack only from the
+    current device, and the library launches on the current device's stream."""
+    if t.device.type == "cuda" and t.device.index is not None and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
 
 
 def _dl(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -87,12 +96,13 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
     lse = torch.empty(_lse_shape(qc, varlen), dtype=torch.float32, device=q.device)
     rng_state = _draw_rng_state(dropout_p)
     seed, offset = (int(x) for x in rng_state.tolist())  # a CPU tensor: no device sync
-    raise_for_status(_ext.fwd(
-        qc, kc, vc, out, softmax_lse=lse, cu_seqlens_q=_dl(cu_seqlens_q), cu_seqlens_k=_dl(cu_seqlens_k),
-        seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-        softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
-        softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
-        dropout_offset=offset, num_splits=num_splits, stream=_stream(q)))
+    with _on_device(q):
+        raise_for_status(_ext.fwd(
+            qc, kc, vc, out, softmax_lse=lse, cu_seqlens_q=_dl(cu_seqlens_q), cu_seqlens_k=_dl(cu_seqlens_k),
+            seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
+            softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
+            dropout_offset=offset, num_splits=num_splits, stream=_stream(q)))
     return out.to(q.dtype), lse, rng_state
 
 
@@ -118,12 +128,13 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse:
     dk = torch.empty(kc.shape, dtype=qc.dtype, device=q.device)
     dv = torch.empty(vc.shape, dtype=qc.dtype, device=q.device)
     seed, offset = (int(x) for x in rng_state.tolist())
-    raise_for_status(_ext.bwd(
-        doc, qc, kc, vc, oc, _dl(softmax_lse), dq, dk, dv, cu_seqlens_q=_dl(cu_seqlens_q),
-        cu_seqlens_k=_dl(cu_seqlens_k), seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
-        window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p,
-        dropout_seed=seed, dropout_offset=offset, deterministic=deterministic, stream=_stream(q)))
+    with _on_device(q):
+        raise_for_status(_ext.bwd(
+            doc, qc, kc, vc, oc, _dl(softmax_lse), dq, dk, dv, cu_seqlens_q=_dl(cu_seqlens_q),
+            cu_seqlens_k=_dl(cu_seqlens_k), seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+            window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p,
+            dropout_seed=seed, dropout_offset=offset, deterministic=deterministic, stream=_stream(q)))
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
@@ -177,13 +188,14 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Ten
     """Attention over a KV cache; k_new/v_new are appended into the caches in place."""
     out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device)
-    raise_for_status(_ext.fwd_kvcache(
-        _dl(q), k_cache.detach(), v_cache.detach(), out, k_new=_dl(k_new), v_new=_dl(v_new),
-        cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx), block_table=_dl(block_table),
-        rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
-        softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
-        window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
-        stream=_stream(q)))
+    with _on_device(q):
+        raise_for_status(_ext.fwd_kvcache(
+            _dl(q), k_cache.detach(), v_cache.detach(), out, k_new=_dl(k_new), v_new=_dl(v_new),
+            cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx), block_table=_dl(block_table),
+            rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
+            softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
+            window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
+            stream=_stream(q)))
     return out, lse
 
 
@@ -203,8 +215,9 @@ def combine(out_partial: Tensor, lse_partial: Tensor, out_dtype: torch.dtype) ->
     Returns (out, lse (batch, heads, seqlen) or (heads, total))."""
     out = torch.empty(out_partial.shape[1:], dtype=out_dtype, device=out_partial.device)
     lse = torch.empty(lse_partial.shape[1:], dtype=torch.float32, device=out_partial.device)
-    raise_for_status(_ext.combine(_dl(out_partial), _dl(lse_partial), out, softmax_lse=lse,
-                                  stream=_stream(out_partial)))
+    with _on_device(out_partial):
+        raise_for_status(_ext.combine(_dl(out_partial), _dl(lse_partial), out, softmax_lse=lse,
+                                      stream=_stream(out_partial)))
     return out, lse
 
 
@@ -238,12 +251,3 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) ->
 
 def combine_partials(out_partial: Tensor, lse_partial: Tensor, out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
     return torch.ops.flashattn.combine(out_partial, lse_partial, out_dtype or out_partial.dtype)
-
-
-def dropout_keep_mask(batch: int, heads: int, seqlen_q: int, seqlen_k: int, dropout_p: float,
-                      rng_state: Tensor, device: torch.device) -> Tensor:
-    """The keep-mask (bool, batch x heads x seqlen_q x seqlen_k) a call with rng_state applied."""
-    mask = torch.empty((batch, heads, seqlen_q, seqlen_k), dtype=torch.uint8)
-    seed, offset = (int(x) for x in rng_state.tolist())
-    raise_for_status(_ext.dropout_mask(mask, float(dropout_p), seed, offset))
-    return mask.to(device=device, dtype=torch.bool)
