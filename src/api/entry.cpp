@@ -87,10 +87,14 @@ Status run_fwd(Target target, const AttnProblem& problem, [[maybe_unused]] void*
   return kernels_not_built(target);
 }
 
-Status run_bwd(Target target, const BwdProblem& problem, void* /*stream*/) {
+Status run_bwd(Target target, const BwdProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {
     case Target::Cpu: return cpu::bwd(problem);
+#if defined(FLASHATTN_WITH_CUDA)
+    case Target::Fa2: return fa2::bwd(problem, stream);
+#else
     case Target::Fa2:
+#endif
     case Target::Fa3: break;
   }
   return kernels_not_built(target);

@@ -10,6 +10,8 @@ namespace flashattn::fa2 {
 // Forward over device tensors, enqueued on `stream` (a cudaStream_t); num_splits: 1 = one pass,
 // > 1 = split-KV with that many splits, 0 = split only when the row blocks cannot fill the GPU.
 Status fwd(const AttnProblem& problem, void* stream);
+// Backward over device tensors, enqueued on `stream`; workspaces are stream-ordered allocations.
+Status bwd(const BwdProblem& problem, void* stream);
 // Merges split-KV partials (float32) into out and lse on the device.
 Status combine(const CombineProblem& problem, void* stream);
 // Rotary + append of k_new/v_new into the (dense or paged) cache, rotary on q, then fwd over the

@@ -114,4 +114,25 @@ inline Status combine_on_device(const CombineParams& host) {
   return st;
 }
 
+inline Status bwd_on_device(const BwdParams& host) {
+  DeviceMirror m;
+  BwdParams d = host;
+  d.q = m.upload(host.q);
+  d.k = m.upload(host.k);
+  d.v = m.upload(host.v);
+  d.out = m.upload(host.out);
+  d.dout = m.upload(host.dout);
+  d.softmax_lse = m.upload(host.softmax_lse);
+  d.alibi_slopes = m.upload(host.alibi_slopes);
+  d.cu_seqlens_q = m.upload(host.cu_seqlens_q);
+  d.cu_seqlens_k = m.upload(host.cu_seqlens_k);
+  d.seqused_k = m.upload(host.seqused_k);
+  d.dq = m.output(host.dq);
+  d.dk = m.output(host.dk);
+  d.dv = m.output(host.dv);
+  const Status st = bwd(d);
+  m.download();
+  return st;
+}
+
 }  // namespace flashattn::gpu_test

@@ -1,0 +1,563 @@
+// FlashAttention-2 backward on mma.sync tensor cores (sm80+).
+//
+// Three kernels, enqueued by bwd_launch.cu:
+//   1. preprocess: D = rowsum(dO * O) and LSE * log2(e) per (row, query head) into a workspace
+//      (rows padded; padding rows and rows that saw no key get LSE = +inf, hence P = 0);
+//   2. main: one CTA per (key block of kBlockN keys, kv head, sequence). K and V stay in shared
+//      memory; the CTA loops over the query heads of its GQA group and the row blocks that can see
+//      its keys, recomputes S^T = K Q^T and dP^T = V dO^T with the keys as the MMA's M dimension,
+//      and accumulates dV += P_drop^T dO and dK += dS^T Q in registers (so GQA needs no atomics
+//      for dK/dV). dS^T goes through shared memory to feed dQ += dS K, which is added to an fp32
+//      workspace: with atomicAdd, or (deterministic) in key-block order behind a per-row-block
+//      counter;
+//   3. convert: dQ fp32 -> dtype.
+// The math and the dropout bits are those of src/cpu/bwd_tiled.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "arch/sm80/cp_async.cuh"
+#include "arch/sm80/ldmatrix.cuh"
+#include "arch/sm80/math.cuh"
+#include "arch/sm80/mma.cuh"
+#include "common/mask.h"
+#include "common/philox.h"
+#include "common/problem.h"
+#include "common/score.h"
+
+namespace flashattn::fa2 {
+
+// Row padding of the workspaces: a multiple of every kBlockM, so row blocks never leave them.
+inline constexpr int kBwdRowAlign = 128;
+// The smallest kBlockM of any backward config (sizes the deterministic-mode counters).
+inline constexpr int kBwdMinBlockM = 64;
+
+// What the backward kernels read and write besides the problem. Workspace layouts, with
+// R = rows_padded: lse_log2, delta: [batch][heads_q][R]; dq_accum: [batch][heads_q][R][dq_cols];
+// dq_counters: [batch][heads_q][R / kBwdMinBlockM].
+struct BwdArgs {
+  BwdProblem problem;
+  float* lse_log2 = nullptr;  // LSE * log2(e); +inf where P must be 0
+  float* delta = nullptr;     // D = rowsum(dO * O)
+  float* dq_accum = nullptr;
+  int* dq_counters = nullptr;
+  int64_t rows_padded = 0;
+  int dq_cols = 0;  // padded head dim of dq_accum
+  bool deterministic = false;
+};
+
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, bool kDropout_>
+struct BwdConfig {
+  using Element = Element_;
+  static constexpr bool kDropout = kDropout_;  // a template flag: Philox state costs registers
+  static constexpr int kHeadDim = kHeadDim_;   // padded head dim (q/k and v), multiple of 32
+  static constexpr int kBlockM = kBlockM_;     // query rows per step
+  static constexpr int kBlockN = kBlockN_;     // keys per CTA
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kStages = kStages_;  // 2: the next step's Q/dO load overlaps this step
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowStride = kHeadDim + 8;  // Q, dO, K, V rows; +16 bytes against bank conflicts
+  static constexpr int kTStride = kBlockM + 8;     // P^T and dS^T: one key per smem row
+
+  // S^T/dP^T and dK/dV: warp w owns the 16 keys (w % kWarpsKeys) * 16; the kWarpsSplit warps
+  // sharing those keys split the rows of S^T and the columns of dK/dV.
+  static constexpr int kWarpsKeys = kBlockN / 16;
+  static constexpr int kWarpsSplit = kWarps / kWarpsKeys;
+  static constexpr int kRowsPerWarp = kBlockM / kWarpsSplit;
+  static constexpr int kColTilesKV = kHeadDim / kWarpsSplit / 8;
+  // One warp per key group holds all rows of its S^T: P^T and dS^T feed dV/dK from registers.
+  // Otherwise P^T also goes through shared memory.
+  static constexpr bool kPInSmem = kWarpsSplit > 1;
+  // With 64+ dK/dV columns per warp held in registers, S^T/dP^T are computed for half the rows
+  // at a time (K/V fragments are read twice) so that the kernel stays within 255 registers.
+  static constexpr int kRowPasses = (!kPInSmem && kColTilesKV >= 16) ? 2 : 1;
+  static constexpr int kRowsPerPass = kRowsPerWarp / kRowPasses;
+  static constexpr int kRowTiles = kRowsPerPass / 8;  // n8 tiles of S^T per warp and pass
+
+  // dQ: warp w owns rows (w % kWarpsDqRows) * 16 and a kHeadDim / kWarpsDqCols column slice,
+  // computed in chunks of kDqChunkTiles n8 tiles to bound the live accumulators.
+  static constexpr int kWarpsDqRows = kBlockM / 16;
+  static constexpr int kWarpsDqCols = kWarps / kWarpsDqRows;
+  static constexpr int kColTilesDq = kHeadDim / kWarpsDqCols / 8;
+  static constexpr int kDqChunkTiles = kColTilesDq < 4 ? kColTilesDq : 4;
+
+  static constexpr int kSmemKV = kBlockN * kRowStride;  // elements, each of K and V
+  static constexpr int kSmemRows = kBlockM * kRowStride;  // elements, per stage of Q and of dO
+  static constexpr int kSmemT = kBlockN * kTStride;       // elements, each of P^T and dS^T
+  static constexpr int kSmemElements = 2 * kSmemKV + 2 * kStages * kSmemRows + (kPInSmem ? 2 : 1) * kSmemT;
+  static constexpr int kSmemBytes = int(sizeof(Element)) * kSmemElements + 2 * kStages * kBlockM * int(sizeof(float));
+
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % 16 == 0, "tile shape");
+  static_assert(kWarps % kWarpsKeys == 0 && kWarps % kWarpsDqRows == 0, "warp layout");
+  static_assert(kRowTiles % 2 == 0 && kColTilesKV % 2 == 0 && kDqChunkTiles % 2 == 0 &&
+                    kColTilesDq % kDqChunkTiles == 0,
+                "tiles are taken in pairs by ldmatrix.x4");
+  static_assert(kThreads % (kHeadDim / 8) == 0, "a thread's 16-byte chunks must share one column");
+  static_assert(kBwdRowAlign % kBlockM == 0 && kBlockM % kBwdMinBlockM == 0, "workspace row padding");
+  static_assert(kBlockM / 2 <= kThreads, "one thread per 16-byte chunk of LSE and D");
+};
+
+// Copies rows [row0, row0 + kRows) of (b, head) into shared memory (row stride kRowStride);
+// rows past `rows_valid` and columns past `dim` are zero-filled.
+template <typename Config, int kRows>
+__device__ __forceinline__ void bwd_load_rows_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
+                                                    int64_t rows_valid, int dim, typename Config::Element* smem) {
+  using Element = typename Config::Element;
+  constexpr int kChunksPerRow = Config::kHeadDim / 8;
+  constexpr int kRowStep = Config::kThreads / kChunksPerRow;
+  static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the threads' row step");
+  const Element* base = static_cast<const Element*>(view.data);
+  const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+  const bool col_valid = col < dim;
+  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  const Element* src = base + view.offset(b, row0 + first_row, head) + col;
+  const int64_t step = kRowStep * view.row_stride;
+#pragma unroll 1  // rolled: keeps addresses out of the registers the MMAs need
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const bool valid = col_valid && first_row + i * kRowStep < rows_valid;
+    sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
+                      valid);
+  }
+}
+
+// Which query head and row block step `step` of a CTA works on: heads of the GQA group outer,
+// row blocks inner.
+struct BwdStep {
+  int64_t head;
+  int row0;
+};
+
+__device__ __forceinline__ int bwd_ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <typename Config>
+__global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const BwdArgs args) {
+  using Element = typename Config::Element;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  constexpr int kRowStride = Config::kRowStride, kTStride = Config::kTStride, kStages = Config::kStages;
+  constexpr int kRowTiles = Config::kRowTiles, kColTilesKV = Config::kColTilesKV;
+  constexpr int kRowsPerWarp = Config::kRowsPerWarp;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Element* smem_k = reinterpret_cast<Element*>(smem_raw);
+  Element* smem_v = smem_k + Config::kSmemKV;
+  Element* smem_q = smem_v + Config::kSmemKV;             // [stage][kBlockM][kRowStride]
+  Element* smem_do = smem_q + kStages * Config::kSmemRows;  // [stage][kBlockM][kRowStride]
+  Element* smem_dst = smem_do + kStages * Config::kSmemRows;  // dS^T [kBlockN][kTStride]
+  Element* smem_pt = smem_dst + Config::kSmemT;                // P_drop^T (kPInSmem only)
+  float* smem_lse = reinterpret_cast<float*>(smem_raw + int(sizeof(Element)) * Config::kSmemElements);  // [stage][kBlockM]
+  float* smem_delta = smem_lse + kStages * kBlockM;
+
+  const BwdProblem& bp = args.problem;
+  const AttnProblem& p = bp.fwd;
+  const int64_t b = blockIdx.z, hk = blockIdx.y;
+  const int key0 = int(blockIdx.x) * kBlockN;
+  // Keys stored for this sequence; seqused_k may use fewer, the rest get zero gradients.
+  const int stored_k = p.lens.cu_seqlens_k != nullptr ? p.lens.cu_seqlens_k[b + 1] - p.lens.cu_seqlens_k[b]
+                                                      : int(p.lens.seqlen_k);
+  if (key0 >= stored_k) return;
+  const int sq = int(p.lens.q(b)), sk = int(p.lens.k(b));
+  const int keys_used = sk - key0 < 0 ? 0 : (sk - key0 < kBlockN ? sk - key0 : kBlockN);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad = lane % 4;
+  const int key_local = (warp % Config::kWarpsKeys) * 16;  // this warp's first key in the tile
+  const int split = warp / Config::kWarpsKeys;
+  const int row_local0 = split * kRowsPerWarp;          // its first row of S^T
+  const int col_kv0 = split * kColTilesKV * 8;          // its first column of dK/dV
+  const int heads_per_group = int(p.heads_q / p.heads_k);
+
+  float dk_acc[kColTilesKV][4], dv_acc[kColTilesKV][4];
+#pragma unroll
+  for (int t = 0; t < kColTilesKV; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[t][e] = dv_acc[t][e] = 0.f;
+
+  int m_begin = 0, m_count = 0;
+  if (keys_used > 0) {
+    const KeyRange rows = visible_rows(p.mask, key0, key0 + keys_used, sq, sk);
+    if (!rows.empty()) {
+      m_begin = int(rows.begin / kBlockM);
+      m_count = int((rows.end + kBlockM - 1) / kBlockM) - m_begin;
+    }
+  }
+  const int steps = m_count * heads_per_group;
+  const auto step_at = [&](int step) {
+    return BwdStep{hk * heads_per_group + step / m_count, (m_begin + step % m_count) * kBlockM};
+  };
+  const auto load_step = [&](int step, int stage) {
+    const BwdStep s = step_at(step);
+    bwd_load_rows_async<Config, kBlockM>(p.q, b, s.head, s.row0, sq - s.row0, int(p.head_dim),
+                                         smem_q + stage * Config::kSmemRows);
+    bwd_load_rows_async<Config, kBlockM>(bp.dout, b, s.head, s.row0, sq - s.row0, int(p.head_dim_v),
+                                         smem_do + stage * Config::kSmemRows);
+    const int64_t ws = (b * p.heads_q + s.head) * args.rows_padded + s.row0;
+    const int chunk = int(threadIdx.x);
+    if (chunk < kBlockM / 4)
+      sm80::cp_async_16(sm80::smem_address(smem_lse + stage * kBlockM + chunk * 4), args.lse_log2 + ws + chunk * 4, true);
+    else if (chunk < kBlockM / 2)
+      sm80::cp_async_16(sm80::smem_address(smem_delta + stage * kBlockM + (chunk - kBlockM / 4) * 4),
+                        args.delta + ws + (chunk - kBlockM / 4) * 4, true);
+  };
+
+  if (steps > 0) {
+    bwd_load_rows_async<Config, kBlockN>(p.k, b, hk, key0, keys_used, int(p.head_dim), smem_k);
+    bwd_load_rows_async<Config, kBlockN>(p.v, b, hk, key0, keys_used, int(p.head_dim_v), smem_v);
+    load_step(0, 0);
+    sm80::cp_async_commit();
+  }
+
+  const ScoreParams score = p.score;
+  const bool softcap = score.softcap > 0.f;
+  const float log2e = 1.4426950408889634f;
+  const float scale_log2 = score.scale * log2e;
+  const int shift = sk - sq;  // row i's diagonal key is i + shift
+  const uint32_t dropout_threshold_bits = dropout_threshold(p.dropout_p);
+  const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
+  // This thread's keys in the sequence: kk[0] for accumulator elements 0,1 and kk[1] for 2,3.
+  const int my_key[2] = {key0 + key_local + group, key0 + key_local + group + 8};
+
+#pragma unroll 1
+  for (int step = 0; step < steps; ++step) {
+    const int stage = kStages == 2 ? (step & 1) : 0;
+    if constexpr (kStages == 2) {
+      // Prefetch the next step into the other stage (freed by the barrier ending the last step).
+      if (step + 1 < steps) load_step(step + 1, stage ^ 1);
+      sm80::cp_async_commit();
+      sm80::cp_async_wait<1>();
+    } else {
+      if (step > 0) {
+        load_step(step, 0);
+        sm80::cp_async_commit();
+      }
+      sm80::cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const BwdStep cur = step_at(step);
+    const int64_t h = cur.head;
+    const int row0 = cur.row0;
+    const Element* q_tile = smem_q + stage * Config::kSmemRows;
+    const Element* do_tile = smem_do + stage * Config::kSmemRows;
+    const float* lse_tile = smem_lse + stage * kBlockM;
+    const float* delta_tile = smem_delta + stage * kBlockM;
+
+    const int rows_end = row0 + kBlockM < sq ? row0 + kBlockM : sq;
+    const bool mask_tile = !tile_fully_visible(p.mask, row0, rows_end, key0, key0 + kBlockN, sq, sk);
+    const float slope = p.alibi_slope(b, h);
+
+    // dV += P_drop^T dO and dK += dS^T Q for the 16 tile rows of k-step `kstep`: M = this warp's
+    // keys, N = its dK/dV columns.
+    const auto accumulate_dkdv = [&](int kstep, const uint32_t (&a_p)[4], const uint32_t (&a_ds)[4]) {
+#pragma unroll
+      for (int t = 0; t < kColTilesKV; t += 2) {
+        uint32_t bdo[4], bq[4];  // b0,b1 of column tiles t and t + 1
+        const int b_off = (kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride + col_kv0 + t * 8 +
+                          (lane / 16) * 8;
+        sm80::ldmatrix_x4_trans(bdo, sm80::smem_address(do_tile + b_off));
+        sm80::mma_m16n8k16<Element>(dv_acc[t], a_p, bdo[0], bdo[1]);
+        sm80::mma_m16n8k16<Element>(dv_acc[t + 1], a_p, bdo[2], bdo[3]);
+        sm80::ldmatrix_x4_trans(bq, sm80::smem_address(q_tile + b_off));
+        sm80::mma_m16n8k16<Element>(dk_acc[t], a_ds, bq[0], bq[1]);
+        sm80::mma_m16n8k16<Element>(dk_acc[t + 1], a_ds, bq[2], bq[3]);
+      }
+    };
+
+#pragma unroll 1
+    for (int pass = 0; pass < Config::kRowPasses; ++pass) {
+      const int pass_row0 = row_local0 + pass * Config::kRowsPerPass;  // first tile row of the pass
+      // Dropout keep bits of this thread's elements, bit 4t + e, drawn before the GEMMs so that
+      // the Philox rounds do not compete with the S^T/dP^T accumulators for registers.
+      uint32_t keep_bits = 0;
+      if constexpr (Config::kDropout) {
+        static_assert(kRowTiles * 4 <= 32, "one bit per element in a 32-bit mask");
+#pragma unroll 1
+        for (int i = 0; i < kRowTiles * 4; ++i) {
+          const int row = row0 + pass_row0 + (i / 4) * 8 + 2 * quad + (i % 2);
+          const int key = (i % 4) >= 2 ? my_key[1] : my_key[0];
+          const bool keep =
+              dropout_keep(p.dropout_seed, p.dropout_offset, b, p.heads_q, h, row, key, dropout_threshold_bits);
+          keep_bits |= uint32_t(keep) << i;
+        }
+      }
+
+      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the pass's rows.
+      float st[kRowTiles][4], dpt[kRowTiles][4];
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[t][e] = dpt[t][e] = 0.f;
+#pragma unroll
+      for (int kstep = 0; kstep < Config::kHeadDim / 16; ++kstep) {
+        uint32_t a_k[4], a_v[4];
+        const int a_off = (key_local + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride + kstep * 16 + (lane / 16) * 8;
+        sm80::ldmatrix_x4(a_k, sm80::smem_address(smem_k + a_off));
+        sm80::ldmatrix_x4(a_v, sm80::smem_address(smem_v + a_off));
+#pragma unroll
+        for (int t = 0; t < kRowTiles; t += 2) {
+          uint32_t bq[4], bdo[4];  // b0,b1 of row tiles t and t + 1
+          const int b_off = (pass_row0 + t * 8 + (lane % 8) + (lane / 16) * 8) * kRowStride + kstep * 16 +
+                            ((lane / 8) % 2) * 8;
+          sm80::ldmatrix_x4(bq, sm80::smem_address(q_tile + b_off));
+          sm80::mma_m16n8k16<Element>(st[t], a_k, bq[0], bq[1]);
+          sm80::mma_m16n8k16<Element>(st[t + 1], a_k, bq[2], bq[3]);
+          sm80::ldmatrix_x4(bdo, sm80::smem_address(do_tile + b_off));
+          sm80::mma_m16n8k16<Element>(dpt[t], a_v, bdo[0], bdo[1]);
+          sm80::mma_m16n8k16<Element>(dpt[t + 1], a_v, bdo[2], bdo[3]);
+        }
+      }
+
+      // P, dropout, dS. Element (t, e) is key my_key[e / 2] and tile row pass_row0 + t*8 + 2*quad + e%2.
+      // Afterwards st holds P_drop and dpt holds dS = P * (dP_drop - D) * dlogit/ds.
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+        const int row_in_tile = pass_row0 + t * 8 + 2 * quad;
+        const float2 lse2 = *reinterpret_cast<const float2*>(lse_tile + row_in_tile);
+        const float2 delta2 = *reinterpret_cast<const float2*>(delta_tile + row_in_tile);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + row_in_tile + (e % 2);
+          const int key = my_key[e / 2];
+          const float row_lse = (e % 2) ? lse2.y : lse2.x;
+          const float row_delta = (e % 2) ? delta2.y : delta2.x;
+          const float s = st[t][e];
+          float grad = score.scale;
+          float exponent;
+          if (softcap || slope != 0.f) {
+            float logit = s * score.scale;
+            if (softcap) {
+              logit = score_to_logit(score, s);
+              grad = logit_grad_factor(score, logit);
+            }
+            if (slope != 0.f) {
+              const int dist = row + shift - key;
+              logit -= slope * float(dist < 0 ? -dist : dist);
+            }
+            exponent = logit * log2e - row_lse;
+          } else {
+            exponent = s * scale_log2 - row_lse;
+          }
+          if (mask_tile) {
+            const int diag = row + shift;
+            const bool visible = key < sk && (p.mask.window_right < 0 || key <= diag + p.mask.window_right) &&
+                                 (p.mask.window_left < 0 || key >= diag - p.mask.window_left);
+            if (!visible) exponent = -INFINITY;
+          }
+          const float prob = sm80::fast_exp2(exponent);
+          float dp = dpt[t][e];
+          float prob_drop = prob;
+          if constexpr (Config::kDropout) {
+            const bool keep = (keep_bits >> (4 * t + e)) & 1u;
+            prob_drop = keep ? prob * keep_scale : 0.f;
+            dp = keep ? dp * keep_scale : 0.f;
+          }
+          st[t][e] = prob_drop;
+          dpt[t][e] = prob * (dp - row_delta) * grad;
+        }
+      }
+
+      // dS^T (and P_drop^T) to shared memory, one key per row: packed pairs of consecutive rows.
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int off = (key_local + group + half * 8) * kTStride + pass_row0 + t * 8 + 2 * quad;
+          *reinterpret_cast<uint32_t*>(smem_dst + off) = sm80::pack2<Element>(dpt[t][2 * half], dpt[t][2 * half + 1]);
+          if constexpr (Config::kPInSmem)
+            *reinterpret_cast<uint32_t*>(smem_pt + off) = sm80::pack2<Element>(st[t][2 * half], st[t][2 * half + 1]);
+        }
+
+      if constexpr (!Config::kPInSmem) {
+        // The S^T accumulators of row tiles 2k, 2k+1 are the A fragment of k-step k.
+#pragma unroll
+        for (int k = 0; k < kRowTiles / 2; ++k) {
+          const uint32_t a_p[4] = {sm80::pack2<Element>(st[2 * k][0], st[2 * k][1]),
+                                   sm80::pack2<Element>(st[2 * k][2], st[2 * k][3]),
+                                   sm80::pack2<Element>(st[2 * k + 1][0], st[2 * k + 1][1]),
+                                   sm80::pack2<Element>(st[2 * k + 1][2], st[2 * k + 1][3])};
+          const uint32_t a_ds[4] = {sm80::pack2<Element>(dpt[2 * k][0], dpt[2 * k][1]),
+                                    sm80::pack2<Element>(dpt[2 * k][2], dpt[2 * k][3]),
+                                    sm80::pack2<Element>(dpt[2 * k + 1][0], dpt[2 * k + 1][1]),
+                                    sm80::pack2<Element>(dpt[2 * k + 1][2], dpt[2 * k + 1][3])};
+          accumulate_dkdv(pass_row0 / 16 + k, a_p, a_ds);
+        }
+      }
+    }
+
+    __syncthreads();  // dS^T (and P^T) of every warp complete
+    if constexpr (Config::kPInSmem) {
+#pragma unroll
+      for (int kstep = 0; kstep < kBlockM / 16; ++kstep) {
+        uint32_t a_p[4], a_ds[4];
+        const int a_off = (key_local + (lane % 8) + ((lane / 8) % 2) * 8) * kTStride + kstep * 16 + (lane / 16) * 8;
+        sm80::ldmatrix_x4(a_p, sm80::smem_address(smem_pt + a_off));
+        sm80::ldmatrix_x4(a_ds, sm80::smem_address(smem_dst + a_off));
+        accumulate_dkdv(kstep, a_p, a_ds);
+      }
+    }
+
+    // dQ += dS K: M = rows, K = keys. A = dS read transposed from dS^T, B = K read transposed.
+    const int dq_row_local = (warp % Config::kWarpsDqRows) * 16;
+    const int dq_col0 = (warp / Config::kWarpsDqRows) * Config::kColTilesDq * 8;
+    const int64_t ws_rows = (b * p.heads_q + h) * args.rows_padded;
+    int* counter = nullptr;
+    if (args.deterministic) {
+      // Key blocks add to a row block in ascending order: wait for those before this one. The
+      // contributors of a row block are the consecutive key blocks its visible keys touch.
+      const int rows_here_end = row0 + kBlockM < sq ? row0 + kBlockM : sq;
+      const int first_block = int(visible_keys(p.mask, row0, rows_here_end, sq, sk).begin / kBlockN);
+      counter = args.dq_counters + (b * p.heads_q + h) * (args.rows_padded / kBwdMinBlockM) + row0 / kBlockM;
+      if (threadIdx.x == 0) {
+        const int target = int(blockIdx.x) - first_block;
+        // Bounded spin: a broken ordering traps (a launch error) instead of hanging the GPU.
+        int polls = 0;
+        while (bwd_ld_acquire(counter) < target) {
+          __nanosleep(64);
+          if (++polls > (1 << 26)) __trap();  // seconds: real waits take microseconds to milliseconds
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll 1
+    for (int chunk = 0; chunk < Config::kColTilesDq / Config::kDqChunkTiles; ++chunk) {
+      constexpr int kTiles = Config::kDqChunkTiles;
+      const int col_base = dq_col0 + chunk * kTiles * 8;
+      if (col_base >= p.head_dim) break;  // padding columns of dQ are never read
+      float dq[kTiles][4];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) dq[t][0] = dq[t][1] = dq[t][2] = dq[t][3] = 0.f;
+#pragma unroll
+      for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
+        uint32_t a[4];
+        sm80::ldmatrix_x4_trans(a, sm80::smem_address(smem_dst + (kstep * 16 + (lane % 8) + (lane / 16) * 8) * kTStride +
+                                                      dq_row_local + ((lane / 8) % 2) * 8));
+#pragma unroll
+        for (int t = 0; t < kTiles; t += 2) {
+          uint32_t bk[4];
+          sm80::ldmatrix_x4_trans(bk, sm80::smem_address(smem_k + (kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride +
+                                                         col_base + t * 8 + (lane / 16) * 8));
+          sm80::mma_m16n8k16<Element>(dq[t], a, bk[0], bk[1]);
+          sm80::mma_m16n8k16<Element>(dq[t + 1], a, bk[2], bk[3]);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + dq_row_local + group + half * 8;
+        if (row >= sq) continue;
+        float* dst = args.dq_accum + (ws_rows + row) * args.dq_cols + col_base + 2 * quad;
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) {
+          if (col_base + t * 8 >= p.head_dim) break;
+          if (args.deterministic) {
+            // This CTA is the only writer now; read around L1, which may hold an older copy.
+            const float2 old = __ldcg(reinterpret_cast<const float2*>(dst + t * 8));
+            __stcg(reinterpret_cast<float2*>(dst + t * 8),
+                   make_float2(old.x + dq[t][2 * half], old.y + dq[t][2 * half + 1]));
+          } else {
+            atomicAdd(dst + t * 8, dq[t][2 * half]);
+            atomicAdd(dst + t * 8 + 1, dq[t][2 * half + 1]);
+          }
+        }
+      }
+    }
+    if (args.deterministic) __threadfence();  // this CTA's dQ adds visible before the counter moves
+    __syncthreads();  // every warp is done with this stage and with dS^T before they are refilled
+    if (args.deterministic && threadIdx.x == 0) atomicAdd(counter, 1);
+  }
+  sm80::cp_async_wait<0>();
+
+  // dK and dV of every stored key of the block; keys no row saw (or beyond seqused_k) get 0.
+  Element* dk = static_cast<Element*>(bp.dk.data);
+  Element* dv = static_cast<Element*>(bp.dv.data);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = my_key[half];
+    if (key >= stored_k) continue;
+    Element* dk_row = dk + bp.dk.offset(b, key, hk);
+    Element* dv_row = dv + bp.dv.offset(b, key, hk);
+#pragma unroll
+    for (int t = 0; t < kColTilesKV; ++t) {
+      const int col = col_kv0 + t * 8 + 2 * quad;
+      if (col < p.head_dim)
+        *reinterpret_cast<uint32_t*>(dk_row + col) = sm80::pack2<Element>(dk_acc[t][2 * half], dk_acc[t][2 * half + 1]);
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv_row + col) = sm80::pack2<Element>(dv_acc[t][2 * half], dv_acc[t][2 * half + 1]);
+    }
+  }
+}
+
+// Two consecutive elements as floats.
+template <typename Element>
+__device__ __forceinline__ float2 load2_as_float(const Element* p);
+template <>
+__device__ __forceinline__ float2 load2_as_float<__half>(const __half* p) {
+  return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+template <>
+__device__ __forceinline__ float2 load2_as_float<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+// D = rowsum(dO * O) and LSE * log2(e): one warp per row. Grid (rows_padded / 8, heads_q, batch).
+inline constexpr int kBwdPreprocessRowsPerCta = 8;
+
+template <typename Element>
+__global__ void __launch_bounds__(32 * kBwdPreprocessRowsPerCta) bwd_preprocess_kernel(const BwdArgs args) {
+  const BwdProblem& bp = args.problem;
+  const AttnProblem& p = bp.fwd;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int row = int(blockIdx.x) * kBwdPreprocessRowsPerCta + int(threadIdx.x / 32);
+  const int lane = threadIdx.x % 32;
+  if (row >= args.rows_padded) return;
+  const int64_t ws = (b * p.heads_q + h) * args.rows_padded + row;
+  if (row >= p.lens.q(b)) {  // padding: P = 0 there
+    if (lane == 0) {
+      args.lse_log2[ws] = INFINITY;
+      args.delta[ws] = 0.f;
+    }
+    return;
+  }
+  const Element* o_row = static_cast<const Element*>(p.out.data) + p.out.offset(b, row, h);
+  const Element* do_row = static_cast<const Element*>(bp.dout.data) + bp.dout.offset(b, row, h);
+  float sum = 0.f;
+  for (int c = 2 * lane; c < p.head_dim_v; c += 64) {
+    const float2 o = load2_as_float(o_row + c), d = load2_as_float(do_row + c);
+    sum += o.x * d.x + o.y * d.y;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (lane == 0) {
+    const float lse = p.lse.data[p.lse.offset(b, row, h)];
+    // A row that saw no key has LSE -inf and no gradient: +inf makes its P exactly 0.
+    args.lse_log2[ws] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+    args.delta[ws] = sum;
+  }
+}
+
+// dQ fp32 -> dtype. Grid (rows_padded / kBwdConvertRowsPerCta, heads_q, batch).
+inline constexpr int kBwdConvertRowsPerCta = 16;
+
+template <typename Element>
+__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs args) {
+  const BwdProblem& bp = args.problem;
+  const AttnProblem& p = bp.fwd;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int sq = int(p.lens.q(b));
+  const int pairs = int(p.head_dim / 2);
+  const int row_first = int(blockIdx.x) * kBwdConvertRowsPerCta;
+  Element* dq = static_cast<Element*>(bp.dq.data);
+  for (int i = threadIdx.x; i < kBwdConvertRowsPerCta * pairs; i += blockDim.x) {
+    const int row = row_first + i / pairs, col = 2 * (i % pairs);
+    if (row >= sq) break;
+    const float2 v = *reinterpret_cast<const float2*>(
+        args.dq_accum + ((b * p.heads_q + h) * args.rows_padded + row) * args.dq_cols + col);
+    *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) = sm80::pack2<Element>(v.x, v.y);
+  }
+}
+
+}  // namespace flashattn::fa2

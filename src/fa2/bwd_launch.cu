@@ -1,0 +1,102 @@
+// The FA2 backward: workspace, preprocess (D and LSE), main kernel (dK, dV, dQ accumulation),
+// dQ conversion; everything enqueued on the caller's stream, no host synchronisation.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "fa2/bwd_main.cuh"
+#include "fa2/fa2_backend.h"
+
+namespace flashattn::fa2 {
+
+FLASHATTN_FA2_BWD_DECLARE(__half, 64)
+FLASHATTN_FA2_BWD_DECLARE(__half, 128)
+FLASHATTN_FA2_BWD_DECLARE(__half, 256)
+FLASHATTN_FA2_BWD_DECLARE(__nv_bfloat16, 64)
+FLASHATTN_FA2_BWD_DECLARE(__nv_bfloat16, 128)
+FLASHATTN_FA2_BWD_DECLARE(__nv_bfloat16, 256)
+
+namespace {
+
+template <typename Element, bool kDropout>
+Status launch_main_for_head_dim(const BwdArgs& args, cudaStream_t stream) {
+  const AttnProblem& p = args.problem.fwd;
+  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  if (dim <= 64) return launch_bwd_main<Element, 64, kDropout>(args, stream);
+  if (dim <= 128) return launch_bwd_main<Element, 128, kDropout>(args, stream);
+  return launch_bwd_main<Element, 256, kDropout>(args, stream);
+}
+
+template <typename Element>
+Status run_kernels(const BwdArgs& args, cudaStream_t stream) {
+  const AttnProblem& p = args.problem.fwd;
+  const unsigned heads = unsigned(p.heads_q), batch = unsigned(p.batch);
+  bwd_preprocess_kernel<Element>
+      <<<dim3(unsigned(args.rows_padded / kBwdPreprocessRowsPerCta), heads, batch), 32 * kBwdPreprocessRowsPerCta, 0,
+         stream>>>(args);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return bwd_cuda_error("preprocess kernel launch", err);
+  const Status st = p.dropout_p > 0.f ? launch_main_for_head_dim<Element, true>(args, stream)
+                                      : launch_main_for_head_dim<Element, false>(args, stream);
+  if (!st.ok()) return st;
+  bwd_convert_dq_kernel<Element>
+      <<<dim3(unsigned(args.rows_padded / kBwdConvertRowsPerCta), heads, batch), 256, 0, stream>>>(args);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return bwd_cuda_error("dq convert kernel launch", err);
+  return {};
+}
+
+Status unsupported(const char* argument, const std::string& message) {
+  return Status::error(ErrorCode::Unsupported, argument, std::string("argument '") + argument + "': " + message);
+}
+
+}  // namespace
+
+Status bwd(const BwdProblem& problem, void* stream_ptr) {
+  const AttnProblem& p = problem.fwd;
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.dtype != DType::F16 && p.dtype != DType::BF16)
+    return unsupported("q", std::string("the fa2 backward takes float16 or bfloat16, got ") + dtype_name(p.dtype));
+  if (p.out_dtype != p.dtype)
+    return unsupported("dq", std::string("the fa2 backward writes gradients in the dtype of q (") + dtype_name(p.dtype) +
+                                 "), got " + dtype_name(p.out_dtype));
+  if (problem.dout_dtype != p.dtype)
+    return unsupported("dout", std::string("the fa2 backward needs dout in the dtype of q (") + dtype_name(p.dtype) +
+                                   "), got " + dtype_name(problem.dout_dtype));
+  if (p.heads_q > 65535 || p.batch > 65535)
+    return unsupported("q", "the fa2 backward takes at most 65535 heads and 65535 sequences per call");
+  if (p.batch == 0) return {};
+
+  BwdArgs args;
+  args.problem = problem;
+  args.deterministic = problem.deterministic;
+  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+  const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;
+  args.rows_padded = (rows + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign;
+
+  // One allocation: [lse_log2 | delta | dq_accum | dq_counters]; the last two start zeroed.
+  const size_t row_slots = size_t(p.batch) * size_t(p.heads_q) * size_t(args.rows_padded);
+  const size_t lse_bytes = row_slots * sizeof(float);
+  const size_t accum_bytes = row_slots * size_t(args.dq_cols) * sizeof(float);
+  const size_t counter_bytes = row_slots / kBwdMinBlockM * sizeof(int);
+  void* workspace = nullptr;
+  cudaError_t err = cudaMallocAsync(&workspace, 2 * lse_bytes + accum_bytes + counter_bytes, stream);
+  if (err != cudaSuccess) return bwd_cuda_error("allocating the workspace", err);
+  char* base = static_cast<char*>(workspace);
+  args.lse_log2 = reinterpret_cast<float*>(base);
+  args.delta = reinterpret_cast<float*>(base + lse_bytes);
+  args.dq_accum = reinterpret_cast<float*>(base + 2 * lse_bytes);
+  args.dq_counters = reinterpret_cast<int*>(base + 2 * lse_bytes + accum_bytes);
+
+  Status st;
+  err = cudaMemsetAsync(args.dq_accum, 0, accum_bytes + counter_bytes, stream);
+  if (err != cudaSuccess) st = bwd_cuda_error("zeroing the workspace", err);
+  if (st.ok()) st = p.dtype == DType::F16 ? run_kernels<__half>(args, stream) : run_kernels<__nv_bfloat16>(args, stream);
+  // Freed in stream order after the kernels, also when a launch failed.
+  err = cudaFreeAsync(workspace, stream);
+  if (st.ok() && err != cudaSuccess) st = bwd_cuda_error("freeing the workspace", err);
+  return st;
+}
+
+}  // namespace flashattn::fa2

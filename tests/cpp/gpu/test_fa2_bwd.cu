@@ -1,0 +1,174 @@
+// FA2 backward kernels against the naive reference (float64 and same-precision) over the feature
+// sweep, in both dQ accumulation modes; bitwise reproducibility of deterministic mode; a race
+// check of the atomic mode; unsupported inputs. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "attention_case.h"
+#include "device_mirror.h"
+#include "gpu_test_util.h"
+
+namespace flashattn::test {
+namespace {
+
+std::vector<AttentionCase> gpu_sweep() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : feature_sweep())
+    if (c.dtype != DType::F32) cases.push_back(c);  // the FA2 kernels take fp16/bf16
+  return cases;
+}
+
+// Deterministic mode orders dQ adds across key blocks; these cases have several key blocks per
+// row block or several query heads per kv head (the counters' interesting cases).
+std::vector<AttentionCase> deterministic_sweep() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : gpu_sweep())
+    if (c.heads_q != c.heads_k || c.varlen() || c.seqlen_k > 256) cases.push_back(c);
+  return cases;
+}
+
+void check_gradients(const AttentionCase& c, const BwdResult& r) {
+  expect_within(r.dq, 2.0, rounding_floor(c.dtype, r.dq.reference_max), "dq");
+  expect_within(r.dk, 2.0, rounding_floor(c.dtype, r.dk.reference_max), "dk");
+  expect_within(r.dv, 2.0, rounding_floor(c.dtype, r.dv.reference_max), "dv");
+}
+
+std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  return param_test_name(info.index, info.param.name());
+}
+
+class Fa2Backward : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa2Backward, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Backward, ::testing::ValuesIn(gpu_sweep()), case_name);
+
+class Fa2BackwardDeterministic : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa2BackwardDeterministic, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const BwdRunner deterministic = [](const BwdParams& host) {
+    BwdParams p = host;
+    p.deterministic = true;
+    return gpu_test::bwd_on_device(p);
+  };
+  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, deterministic));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2BackwardDeterministic, ::testing::ValuesIn(deterministic_sweep()), case_name);
+
+std::vector<uint8_t> bytes_of(const HostTensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data());
+  return std::vector<uint8_t>(p, p + t.numel() * int64_t(dtype_size(t.dtype())));
+}
+
+// Runs the FA2 backward `runs` times on one device copy of the inputs, poisoning the outputs
+// before each run, and hands each run's gradients (copied back) to `check`.
+using RunCheck = std::function<void(int run, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv)>;
+void repeat_backward(const AttentionCase& c, bool deterministic, int runs, const RunCheck& check) {
+  AttentionRun run(c);
+  run.check_fwd(Backend::Fa2, gpu_test::fwd_on_device);  // out and lse for the backward
+  HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
+  gpu_test::DeviceMirror m;
+  BwdParams d = run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa2);
+  d.deterministic = deterministic;
+  d.q = m.upload(d.q);
+  d.k = m.upload(d.k);
+  d.v = m.upload(d.v);
+  d.out = m.upload(d.out);
+  d.dout = m.upload(d.dout);
+  d.softmax_lse = m.upload(d.softmax_lse);
+  d.dq = m.output(d.dq);
+  d.dk = m.output(d.dk);
+  d.dv = m.output(d.dv);
+  for (int rep = 0; rep < runs; ++rep) {
+    for (const TensorView* t : {&d.dq, &d.dk, &d.dv})
+      CUDA_CHECK(cudaMemset(t->data, 0xff, size_t(t->numel()) * dtype_size(t->dtype)));
+    const Status st = bwd(d);
+    ASSERT_TRUE(st.ok()) << st.message();
+    m.download();
+    check(rep, dq, dk, dv);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  AttentionCase c;
+  c.batch = 2;
+  c.seqlen_q = 700;
+  c.seqlen_k = 900;
+  c.heads_q = 8;
+  c.heads_k = 2;
+  c.head_dim = 128;
+  c.causal = true;
+  std::vector<uint8_t> first[3];
+  repeat_backward(c, /*deterministic=*/true, 50,
+                  [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
+                    const std::vector<uint8_t> now[3] = {bytes_of(dq), bytes_of(dk), bytes_of(dv)};
+                    for (int i = 0; i < 3; ++i) {
+                      if (rep == 0) {
+                        first[i] = now[i];
+                        continue;
+                      }
+                      ASSERT_EQ(first[i], now[i]) << "gradient " << "qkv"[i] << ", run " << rep;
+                    }
+                  });
+}
+
+// Atomic adds reorder the float sums of dQ between runs, so dQ may move by a rounding step of its
+// dtype; dK and dV are owned by one CTA each and must not move at all. A race (a lost or doubled
+// contribution, a stale read) moves values far more.
+TEST(Fa2BackwardRace, RepeatedRunsAgree) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  AttentionCase c;
+  c.batch = 2;
+  c.seqlen_q = 2000;
+  c.seqlen_k = 2100;
+  c.heads_q = 8;
+  c.heads_k = 4;
+  c.head_dim = 128;
+  std::vector<float> first_dq;
+  std::vector<uint8_t> first_dk, first_dv;
+  repeat_backward(c, /*deterministic=*/false, 20,
+                  [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
+                    if (rep == 0) {
+                      first_dq = dq.to_float();
+                      first_dk = bytes_of(dk);
+                      first_dv = bytes_of(dv);
+                      for (float x : first_dq) ASSERT_TRUE(std::isfinite(x));
+                      return;
+                    }
+                    ASSERT_EQ(first_dk, bytes_of(dk)) << "dk, run " << rep;
+                    ASSERT_EQ(first_dv, bytes_of(dv)) << "dv, run " << rep;
+                    const std::vector<float> now = dq.to_float();
+                    const double bound = 2 * rounding_floor(c.dtype, max_abs(first_dq));
+                    ASSERT_LE(max_abs_diff(now, first_dq), bound) << "dq, run " << rep;
+                  });
+}
+
+TEST(Fa2BackwardErrors, Float32InputsAreUnsupported) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  AttentionCase c;
+  c.dtype = DType::F32;
+  AttentionRun run(c);
+  run.check_fwd(Backend::Cpu);  // out and lse from the host backend
+  HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
+  const Status st = gpu_test::bwd_on_device(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa2));
+  EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
+  EXPECT_EQ(st.argument(), "q") << st.message();
+}
+
+}  // namespace
+}  // namespace flashattn::test
