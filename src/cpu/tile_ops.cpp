@@ -3,6 +3,7 @@
 #include "common/philox.h"
 #include "common/score.h"
 #include "cpu/element_io.h"
+#include "cpu/simd.h"
 
 namespace flashattn::cpu {
 
@@ -22,104 +23,92 @@ void load_tile_transposed(const RowsView& view, DType dtype, int64_t b, int64_t 
     for (int64_t r = rows; r < ld; ++r) dst[c * ld + r] = 0.f;
 }
 
+namespace {
+
+using simd::VecF;
+using simd::kLanes;
+
+// The register block of the micro-kernel: kRows rows x kVecs vectors of C stay in registers for
+// the whole k loop, so every step loads kVecs vectors of B and kRows scalars of A for
+// kRows * kVecs FMAs (the 4-row loops before re-read and re-wrote C at every k).
+inline constexpr int kVecs = simd::kRegisters >= 32 ? 4 : 2;
+inline constexpr int kRows = simd::kRegisters >= 32 ? 6 : 4;
+inline constexpr int kPanel = kVecs * kLanes;  // columns of C per block
+
+// A, read as a[i * row_stride + k * k_stride]: row-major (k_stride 1) or transposed (row_stride 1).
+struct MatA {
+  const float* data;
+  int64_t row_stride, k_stride;
+  float at(int64_t i, int64_t k) const { return data[i * row_stride + k * k_stride]; }
+};
+
+// C[0..R) x [0..V * kLanes) (+)= A[0..R) x B, B row-major over kdim rows.
+template <int R, int V>
+void block_kernel(MatA a, int64_t kdim, const float* b, int64_t ldb, float* c, int64_t ldc,
+                  bool accumulate) {
+  VecF acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = accumulate ? simd::load(c + r * ldc + v * kLanes) : VecF{};
+  for (int64_t k = 0; k < kdim; ++k) {
+    VecF bk[V];
+    for (int v = 0; v < V; ++v) bk[v] = simd::load(b + k * ldb + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const VecF ar = simd::broadcast(a.at(r, k));
+      for (int v = 0; v < V; ++v) acc[r][v] += ar * bk[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) simd::store(c + r * ldc + v * kLanes, acc[r][v]);
+}
+
+// Columns that do not fill a vector (ragged key tiles, head dims that are not a multiple of it).
+void scalar_columns(MatA a, int rows, int64_t kdim, const float* b, int64_t ldb, int cols, float* c,
+                    int64_t ldc, bool accumulate) {
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) {
+      float sum = accumulate ? c[i * ldc + j] : 0.f;
+      for (int64_t k = 0; k < kdim; ++k) sum += a.at(i, k) * b[k * ldb + j];
+      c[i * ldc + j] = sum;
+    }
+}
+
+// One column strip of V vectors over all rows: kRows at a time, then the leftover rows.
+template <int V>
+void column_strip(MatA a, int rows, int64_t kdim, const float* b, int64_t ldb, float* c,
+                  int64_t ldc, bool accumulate) {
+  int i = 0;
+  for (; i + kRows <= rows; i += kRows)
+    block_kernel<kRows, V>({a.data + i * a.row_stride, a.row_stride, a.k_stride}, kdim, b, ldb,
+                           c + i * ldc, ldc, accumulate);
+  for (; i < rows; ++i)
+    block_kernel<1, V>({a.data + i * a.row_stride, a.row_stride, a.k_stride}, kdim, b, ldb,
+                       c + i * ldc, ldc, accumulate);
+}
+
+// C (rows x cols) (+)= A (rows x kdim) * B (kdim x cols, row-major).
+void gemm(MatA a, int rows, int64_t kdim, const float* b, int64_t ldb, int cols, float* c,
+          int64_t ldc, bool accumulate) {
+  int j = 0;
+  for (; j + kPanel <= cols; j += kPanel) column_strip<kVecs>(a, rows, kdim, b + j, ldb, c + j, ldc, accumulate);
+  for (; j + kLanes <= cols; j += kLanes) column_strip<1>(a, rows, kdim, b + j, ldb, c + j, ldc, accumulate);
+  if (j < cols) scalar_columns(a, rows, kdim, b + j, ldb, cols - j, c + j, ldc, accumulate);
+}
+
+}  // namespace
+
 void matmul_kmajor(const float* a, int64_t lda, int rows, int64_t kdim, const float* bt, int64_t ldb,
                    int cols, float* c, int64_t ldc) {
-  int i = 0;
-  // Four rows at a time: each bt row is loaded once for four accumulator rows.
-  for (; i + 4 <= rows; i += 4) {
-    float* c0 = c + (i + 0) * ldc;
-    float* c1 = c + (i + 1) * ldc;
-    float* c2 = c + (i + 2) * ldc;
-    float* c3 = c + (i + 3) * ldc;
-    for (int j = 0; j < cols; ++j) c0[j] = c1[j] = c2[j] = c3[j] = 0.f;
-    for (int64_t k = 0; k < kdim; ++k) {
-      const float a0 = a[(i + 0) * lda + k], a1 = a[(i + 1) * lda + k];
-      const float a2 = a[(i + 2) * lda + k], a3 = a[(i + 3) * lda + k];
-      const float* bk = bt + k * ldb;
-      for (int j = 0; j < cols; ++j) {
-        const float bv = bk[j];
-        c0[j] += a0 * bv;
-        c1[j] += a1 * bv;
-        c2[j] += a2 * bv;
-        c3[j] += a3 * bv;
-      }
-    }
-  }
-  for (; i < rows; ++i) {
-    float* ci = c + i * ldc;
-    for (int j = 0; j < cols; ++j) ci[j] = 0.f;
-    for (int64_t k = 0; k < kdim; ++k) {
-      const float ak = a[i * lda + k];
-      const float* bk = bt + k * ldb;
-      for (int j = 0; j < cols; ++j) ci[j] += ak * bk[j];
-    }
-  }
+  gemm({a, lda, 1}, rows, kdim, bt, ldb, cols, c, ldc, /*accumulate=*/false);
 }
 
 void matmul_accumulate(const float* p, int64_t ldp, int rows, int cols, const float* b, int64_t ldb,
                        int64_t n, float* c, int64_t ldc) {
-  int i = 0;
-  for (; i + 4 <= rows; i += 4) {
-    float* c0 = c + (i + 0) * ldc;
-    float* c1 = c + (i + 1) * ldc;
-    float* c2 = c + (i + 2) * ldc;
-    float* c3 = c + (i + 3) * ldc;
-    for (int j = 0; j < cols; ++j) {
-      const float p0 = p[(i + 0) * ldp + j], p1 = p[(i + 1) * ldp + j];
-      const float p2 = p[(i + 2) * ldp + j], p3 = p[(i + 3) * ldp + j];
-      if (p0 == 0.f && p1 == 0.f && p2 == 0.f && p3 == 0.f) continue;  // masked or dropped
-      const float* bj = b + j * ldb;
-      for (int64_t x = 0; x < n; ++x) {
-        const float bv = bj[x];
-        c0[x] += p0 * bv;
-        c1[x] += p1 * bv;
-        c2[x] += p2 * bv;
-        c3[x] += p3 * bv;
-      }
-    }
-  }
-  for (; i < rows; ++i) {
-    float* ci = c + i * ldc;
-    for (int j = 0; j < cols; ++j) {
-      const float pj = p[i * ldp + j];
-      if (pj == 0.f) continue;
-      const float* bj = b + j * ldb;
-      for (int64_t x = 0; x < n; ++x) ci[x] += pj * bj[x];
-    }
-  }
+  gemm({p, ldp, 1}, rows, cols, b, ldb, int(n), c, ldc, /*accumulate=*/true);
 }
 
 void matmul_accumulate_at(const float* p, int64_t ldp, int rows, int cols, const float* b,
                           int64_t ldb, int64_t n, float* c, int64_t ldc) {
-  int j = 0;
-  for (; j + 4 <= cols; j += 4) {
-    float* c0 = c + (j + 0) * ldc;
-    float* c1 = c + (j + 1) * ldc;
-    float* c2 = c + (j + 2) * ldc;
-    float* c3 = c + (j + 3) * ldc;
-    for (int i = 0; i < rows; ++i) {
-      const float* pi = p + i * ldp + j;
-      const float p0 = pi[0], p1 = pi[1], p2 = pi[2], p3 = pi[3];
-      if (p0 == 0.f && p1 == 0.f && p2 == 0.f && p3 == 0.f) continue;
-      const float* bi = b + i * ldb;
-      for (int64_t x = 0; x < n; ++x) {
-        const float bv = bi[x];
-        c0[x] += p0 * bv;
-        c1[x] += p1 * bv;
-        c2[x] += p2 * bv;
-        c3[x] += p3 * bv;
-      }
-    }
-  }
-  for (; j < cols; ++j) {
-    float* cj = c + j * ldc;
-    for (int i = 0; i < rows; ++i) {
-      const float pij = p[i * ldp + j];
-      if (pij == 0.f) continue;
-      const float* bi = b + i * ldb;
-      for (int64_t x = 0; x < n; ++x) cj[x] += pij * bi[x];
-    }
-  }
+  gemm({p, 1, ldp}, cols, rows, b, ldb, int(n), c, ldc, /*accumulate=*/true);
 }
 
 void scores_to_logits(const AttnProblem& problem, const TileCoords& tile, float* s, int64_t lds,
