@@ -60,7 +60,7 @@ void recompute_tile(const BwdProblem& bp, const TileCoords& tile, BwdScratch& ws
       continue;
     }
     const float lse_log2 = ws.lse[i] * kLog2e;
-    for (int j = 0; j < tile.keys; ++j) pi[j] = exp2_tile(pi[j] * kLog2e - lse_log2);
+    exp2_shifted(pi, tile.keys, lse_log2);
   }
   const bool dropout = p.dropout_p > 0.f;
   if (want_p_drop) {

@@ -8,6 +8,7 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/element_io.h"
 #include "cpu/fwd_row_block.h"
+#include "cpu/simd.h"
 #include "cpu/thread_pool.h"
 #include "cpu/workspace.h"
 
@@ -53,20 +54,14 @@ void attend_row_block(const AttnProblem& p, int64_t b, int64_t h, int64_t row0, 
     // Online softmax: new running max, rescale O and the sum only when the max moved.
     for (int i = 0; i < rows; ++i) {
       float* si = s + i * kBlockN;
-      float tile_max = -INFINITY;
-      for (int j = 0; j < keys; ++j) tile_max = std::max(tile_max, si[j]);
-      const float new_max = std::max(m[i], tile_max);
+      const float new_max = std::max(m[i], simd::max_of(si, keys));
       if (new_max == -INFINITY) {  // nothing visible yet: weights stay 0
         std::fill(si, si + keys, 0.f);
         continue;
       }
       const float max_log2 = new_max * kLog2e;
-      float tile_sum = 0.f;
-      for (int j = 0; j < keys; ++j) {
-        const float pj = exp2_tile(si[j] * kLog2e - max_log2);
-        si[j] = pj;
-        tile_sum += pj;
-      }
+      exp2_shifted(si, keys, max_log2);
+      const float tile_sum = simd::sum_of(si, keys);
       if (new_max != m[i]) {
         const float rescale = m[i] == -INFINITY ? 0.f : std::exp2(m[i] * kLog2e - max_log2);
         l[i] *= rescale;

@@ -20,6 +20,7 @@ inline constexpr int kRegisters = 16;
 #endif
 
 typedef float VecF __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t VecI __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
 inline VecF load(const float* p) {
   VecF v;

@@ -72,6 +72,16 @@ void scalar_columns(MatA a, int rows, int64_t kdim, const float* b, int64_t ldb,
     }
 }
 
+// The last rows % kRows rows of a strip, in one block of their own height.
+template <int V, int R = kRows - 1>
+void leftover_rows(int left, MatA a, int64_t kdim, const float* b, int64_t ldb, float* c,
+                   int64_t ldc, bool accumulate) {
+  if constexpr (R > 0) {
+    if (left == R) return block_kernel<R, V>(a, kdim, b, ldb, c, ldc, accumulate);
+    leftover_rows<V, R - 1>(left, a, kdim, b, ldb, c, ldc, accumulate);
+  }
+}
+
 // One column strip of V vectors over all rows: kRows at a time, then the leftover rows.
 template <int V>
 void column_strip(MatA a, int rows, int64_t kdim, const float* b, int64_t ldb, float* c,
@@ -80,9 +90,9 @@ void column_strip(MatA a, int rows, int64_t kdim, const float* b, int64_t ldb, f
   for (; i + kRows <= rows; i += kRows)
     block_kernel<kRows, V>({a.data + i * a.row_stride, a.row_stride, a.k_stride}, kdim, b, ldb,
                            c + i * ldc, ldc, accumulate);
-  for (; i < rows; ++i)
-    block_kernel<1, V>({a.data + i * a.row_stride, a.row_stride, a.k_stride}, kdim, b, ldb,
-                       c + i * ldc, ldc, accumulate);
+  if (i < rows)
+    leftover_rows<V>(rows - i, {a.data + i * a.row_stride, a.row_stride, a.k_stride}, kdim, b, ldb,
+                     c + i * ldc, ldc, accumulate);
 }
 
 // C (rows x cols) (+)= A (rows x kdim) * B (kdim x cols, row-major).

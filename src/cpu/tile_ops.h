@@ -9,11 +9,25 @@
 
 #include "common/mask.h"
 #include "common/problem.h"
+#include "cpu/simd.h"
 
 namespace flashattn::cpu {
 
 inline constexpr int kBlockM = 64;  // query rows per tile
 inline constexpr int kBlockN = 64;  // keys per tile
+
+// 2^f for |f| <= 1/2 (Taylor series of e^(f ln2) to degree 7), for a float or a simd::VecF.
+template <typename T>
+inline T exp2_fraction(T f) {
+  const T t = f * 0.693147180559945f;
+  T p = t * (1.f / 5040.f) + 1.f / 720.f;
+  p = p * t + 1.f / 120.f;
+  p = p * t + 1.f / 24.f;
+  p = p * t + 1.f / 6.f;
+  p = p * t + 0.5f;
+  p = p * t + 1.f;
+  return p * t + 1.f;
+}
 
 // 2^x with ~1 ulp error for x <= 0; exactly 0 below -126 (so masked -inf logits give 0).
 inline float exp2_tile(float x) {
@@ -21,23 +35,37 @@ inline float exp2_tile(float x) {
   const bool is_nan = x != x;
   float xc = underflow ? -126.f : (x > 127.f ? 127.f : x);
   const float n = std::floor(xc + 0.5f);
-  const float t = (xc - n) * 0.693147180559945f;  // 2^f = e^(f ln2), |f| <= 1/2
-  float p = 1.f / 5040.f;
-  p = p * t + 1.f / 720.f;
-  p = p * t + 1.f / 120.f;
-  p = p * t + 1.f / 24.f;
-  p = p * t + 1.f / 6.f;
-  p = p * t + 0.5f;
-  p = p * t + 1.f;
-  p = p * t + 1.f;
   const int32_t bits = (int32_t(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
-  const float r = underflow ? 0.f : p * scale;
+  const float r = underflow ? 0.f : exp2_fraction(xc - n) * scale;
   return is_nan ? x : r;
 }
 
+// exp2_tile on a vector, written with vector operations: GCC does not vectorise the scalar one
+// (std::floor stays a call unless -fno-trapping-math). n is x rounded to nearest (ties to even,
+// where the scalar rounds half up; both leave |x - n| <= 1/2).
+inline simd::VecF exp2_tile(simd::VecF x) {
+  using simd::VecF;
+  using VecI = simd::VecI;
+  const VecF xc = x < -126.f ? simd::broadcast(-126.f) : (x > 127.f ? simd::broadcast(127.f) : x);
+  const VecF round_magic = simd::broadcast(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const VecF n = (xc + round_magic) - round_magic;
+  const VecI bits = (__builtin_convertvector(n, VecI) + 127) << 23;
+  const VecF r = exp2_fraction(xc - n) * (VecF)bits;  // same-size vector cast: the bits as floats
+  const VecF zero_or_r = x < -126.f ? VecF{} : r;
+  return x != x ? x : zero_or_r;
+}
+
 inline constexpr float kLog2e = 1.4426950408889634f;
+
+// x[j] = 2^(x[j] * log2(e) - shift_log2) for j < n: the softmax weights of a row of logits.
+inline void exp2_shifted(float* x, int n, float shift_log2) {
+  int j = 0;
+  for (; j + simd::kLanes <= n; j += simd::kLanes)
+    simd::store(x + j, exp2_tile(simd::load(x + j) * kLog2e - shift_log2));
+  for (; j < n; ++j) x[j] = exp2_tile(x[j] * kLog2e - shift_log2);
+}
 
 // Loads rows [row0, row0 + rows) of (b, head) as float, row r at dst + r * ld; rows beyond
 // `rows` up to `pad_rows` are zero-filled.
