@@ -1,0 +1,38 @@
+// TMA (cp.async.bulk.tensor) loads into shared memory completing on an mbarrier, and stores from
+// shared memory, over CCCL's cuda::ptx. Tensor maps are built on the host (tensor_map.h) and passed
+// to kernels as __grid_constant__ parameters. Coordinates are innermost-first, in elements.
+#pragma once
+
+#include <cuda.h>
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+namespace flashattn::sm90 {
+
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1, uint64_t* bar) {
+  const int32_t coords[2] = {c0, c1};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, map, coords, bar);
+}
+
+__device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2,
+                                            int32_t c3, uint64_t* bar) {
+  const int32_t coords[4] = {c0, c1, c2, c3};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, map, coords, bar);
+}
+
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem, int32_t c0, int32_t c1, int32_t c2,
+                                             int32_t c3) {
+  const int32_t coords[4] = {c0, c1, c2, c3};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords, smem);
+}
+
+__device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
+// Waits until the stores' shared-memory reads are done (the buffer may then be reused).
+__device__ __forceinline__ void tma_store_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
+
+// Ordinary shared-memory stores must be fenced before the async proxy (TMA, wgmma) reads them.
+__device__ __forceinline__ void fence_async_shared() { cuda::ptx::fence_proxy_async(cuda::ptx::space_shared); }
+
+}  // namespace flashattn::sm90

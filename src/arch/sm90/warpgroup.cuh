@@ -1,0 +1,41 @@
+// Warp-specialisation helpers (sm90a): register reallocation between warpgroups, named barriers,
+// and electing one thread of a warp.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::sm90 {
+
+// setmaxnreg takes effect only under a register cap at entry (__launch_bounds__(threads, 1)) and
+// when every warp of the warpgroup executes it.
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// Named barriers (ids 1..15; 0 is __syncthreads): `threads` must be a multiple of 32.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// True in exactly one lane of the (fully active) warp.
+__device__ __forceinline__ bool elect_one() {
+  uint32_t pred = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "elect.sync _|p, 0xffffffff;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(pred));
+  return pred != 0;
+}
+
+}  // namespace flashattn::sm90

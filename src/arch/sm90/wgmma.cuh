@@ -1,0 +1,51 @@
+// Warpgroup MMA (sm90a): shared-memory matrix descriptors for the 128-byte swizzle that the TMA
+// loads produce, and the fence / commit / wait around wgmma.mma_async.
+//
+// Layouts (16-bit elements, 128-byte swizzle: an atom is 8 rows of 128 bytes = 64 elements, rows
+// XOR-permuted in 16-byte chunks by row % 8; atoms must start 1024-byte aligned):
+//   K-major operand (A = Q, B = K for S = Q K^T): rows = M or N, 64 K-elements per row. Atoms
+//     stack along M/N every 1024 bytes (SBO); the leading offset is unused. The k16 step j inside
+//     the 64-wide row starts 32 * j bytes further; a K extent over 64 is a second block of rows.
+//   MN-major operand (B = V for O += P V, rows = keys, 64 head-dim elements per row): atoms stack
+//     along K (keys) every 1024 bytes (SBO), and along N (the next 64 head-dim columns) every LBO.
+#pragma once
+
+#include <cstdint>
+
+#include "arch/sm90/wgmma_ops.cuh"
+
+namespace flashattn::sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Descriptor bits: [0,14) start >> 4, [16,30) leading byte offset >> 4, [32,46) stride byte offset
+// >> 4, [62,64) swizzle mode (1 = 128-byte).
+__device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
+  const uint64_t start = (smem_u32(smem) & 0x3ffffu) >> 4;
+  return start | (uint64_t((leading_bytes >> 4) & 0x3fffu) << 16) | (uint64_t((stride_bytes >> 4) & 0x3fffu) << 32) |
+         (uint64_t(1) << 62);
+}
+
+// K-major operand with 128-byte swizzle; `smem` is where this k16 step starts.
+__device__ __forceinline__ uint64_t kmajor_descriptor(const void* smem) { return smem_descriptor_sw128(smem, 16, 1024); }
+
+// MN-major operand with 128-byte swizzle; `column_block_bytes` separates 64-wide column blocks.
+__device__ __forceinline__ uint64_t mnmajor_descriptor(const void* smem, uint32_t column_block_bytes) {
+  return smem_descriptor_sw128(smem, column_block_bytes, 1024);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across an async wgmma.
+template <int kCount>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+}  // namespace flashattn::sm90

@@ -1,0 +1,274 @@
+// The sm90 primitive layer (src/arch/sm90) on the device: TMA loads with the 128-byte swizzle on
+// an mbarrier, wgmma with shared-memory descriptors (K-major A and B) and with A from registers
+// and an MN-major B, setmaxnreg with named barriers and elect. Skips without an sm90 GPU.
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "arch/sm90/mbarrier.cuh"
+#include "arch/sm90/tensor_map.h"
+#include "arch/sm90/tma.cuh"
+#include "arch/sm90/warpgroup.cuh"
+#include "arch/sm90/wgmma.cuh"
+#include "gpu_test_util.h"
+
+namespace flashattn::gpu_test {
+namespace {
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_SM90A_DEVICE 1
+#endif
+
+bool sm90_present(std::string* why) {
+  if (!cuda_device_present(why)) return false;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) {
+    *why = std::string("needs sm90, the device is sm") + std::to_string(prop.major) + std::to_string(prop.minor);
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_SM90()                                          \
+  do {                                                               \
+    std::string why_;                                                \
+    if (!sm90_present(&why_)) GTEST_SKIP() << "no sm90 device: " << why_; \
+  } while (0)
+
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(size_t n) { CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(T))); }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+std::vector<__nv_bfloat16> random_bf16(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<__nv_bfloat16> v(n);
+  for (auto& x : v) x = __float2bfloat16(dist(rng));
+  return v;
+}
+
+// A 2-D bf16 tensor (rows x cols, row-major) with a 64-column x box_rows box.
+CUtensorMap map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_rows) {
+  sm90::TensorMapShape shape;
+  shape.rank = 2;
+  shape.sizes[0] = cols;
+  shape.sizes[1] = rows;
+  shape.strides_bytes[0] = cols * 2;
+  shape.box[0] = 64;
+  shape.box[1] = box_rows;
+  CUtensorMap map;
+  const Status st = sm90::encode_tensor_map_sw128(&map, base, DType::BF16, shape);
+  if (!st.ok()) throw CudaCallError(st.message());
+  return map;
+}
+
+// ---- TMA: a 64 x 64 tile lands in shared memory in the 128-byte swizzle pattern -------------
+__global__ void tma_tile_kernel(const __grid_constant__ CUtensorMap map, int col0, int row0, __nv_bfloat16* out) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ alignas(1024) __nv_bfloat16 tile[64 * 64];
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(&bar, 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(&bar, sizeof(tile));
+    sm90::tma_load_2d(tile, &map, col0, row0, &bar);
+  }
+  sm90::mbarrier_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) out[i] = tile[i];  // raw shared-memory order
+#endif
+}
+
+TEST(Sm90Primitives, TmaLoadLandsInTheSwizzledLayout) {
+  SKIP_WITHOUT_SM90();
+  const int rows = 256, cols = 128, row0 = 128, col0 = 64;
+  const auto host = random_bf16(size_t(rows) * cols, 1);
+  DeviceArray<__nv_bfloat16> src(host.size()), out(64 * 64);
+  CUDA_CHECK(cudaMemcpy(src.ptr, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(out.ptr, 0xff, 64 * 64 * 2));
+  const CUtensorMap map = map_2d(src.ptr, rows, cols, 64);
+  tma_tile_kernel<<<1, 128>>>(map, col0, row0, out.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<__nv_bfloat16> got(64 * 64);
+  CUDA_CHECK(cudaMemcpy(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+  for (int r = 0; r < 64; ++r)
+    for (int c = 0; c < 64; ++c) {
+      // 16-byte chunk c/8 of row r sits at chunk (c/8) ^ (r%8).
+      const int physical = r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8;
+      ASSERT_EQ(__bfloat162float(got[physical]), __bfloat162float(host[size_t(row0 + r) * cols + col0 + c]))
+          << "row " << r << " col " << c;
+    }
+}
+
+// ---- wgmma: C(64 x 64) = A(64 x 64) B(64 x 64)^T, both K-major in shared memory -------------
+// Accumulator d[4i + e] of warp w, lane l: row 16w + l/4 + 8(e/2), column 8i + 2(l%4) + e%2.
+[[maybe_unused]] __device__ void store_accumulators_64(const float (&d)[32], float* c) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = 0; i < 8; ++i)
+    for (int e = 0; e < 4; ++e) c[(16 * warp + lane / 4 + 8 * (e / 2)) * 64 + 8 * i + 2 * (lane % 4) + e % 2] = d[4 * i + e];
+}
+
+__global__ void wgmma_ss_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                                float* c) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ alignas(1024) __nv_bfloat16 a[64 * 64];
+  __shared__ alignas(1024) __nv_bfloat16 b[64 * 64];
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(&bar, 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(&bar, sizeof(a) + sizeof(b));
+    sm90::tma_load_2d(a, &map_a, 0, 0, &bar);
+    sm90::tma_load_2d(b, &map_b, 0, 0, &bar);
+  }
+  sm90::mbarrier_wait(&bar, 0);
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  sm90::wgmma_fence();
+  for (int k = 0; k < 4; ++k)  // k16 step k starts 32 bytes further along each 128-byte row
+    sm90::Wgmma<__nv_bfloat16, 64>::ss<0>(d, sm90::kmajor_descriptor(a + 16 * k), sm90::kmajor_descriptor(b + 16 * k),
+                                          k > 0);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_accumulators(d);
+  store_accumulators_64(d, c);
+#endif
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0, scale = 1e-30;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / scale);
+  return worst;
+}
+
+TEST(Sm90Primitives, WgmmaSharedKMajorOperandsMatchTheHost) {
+  SKIP_WITHOUT_SM90();
+  const auto a = random_bf16(64 * 64, 2), b = random_bf16(64 * 64, 3);
+  DeviceArray<__nv_bfloat16> da(a.size()), db(b.size());
+  DeviceArray<float> dc(64 * 64);
+  CUDA_CHECK(cudaMemcpy(da.ptr, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(db.ptr, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(dc.ptr, 0xff, 64 * 64 * 4));
+  wgmma_ss_kernel<<<1, 128>>>(map_2d(da.ptr, 64, 64, 64), map_2d(db.ptr, 64, 64, 64), dc.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> got(64 * 64);
+  CUDA_CHECK(cudaMemcpy(got.data(), dc.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> want(64 * 64, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 64; ++k)
+        want[m * 64 + n] += double(__bfloat162float(a[m * 64 + k])) * double(__bfloat162float(b[n * 64 + k]));
+  EXPECT_LT(max_rel_error(got, want), 1e-5);
+}
+
+// ---- wgmma: O(64 x 64) = P(64 x 64, registers) V(64 keys x 64, MN-major in shared memory) ----
+__global__ void wgmma_rs_kernel(const __nv_bfloat16* p, const __grid_constant__ CUtensorMap map_v, float* c) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ alignas(1024) __nv_bfloat16 v[64 * 64];
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(&bar, 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(&bar, sizeof(v));
+    sm90::tma_load_2d(v, &map_v, 0, 0, &bar);
+  }
+  sm90::mbarrier_wait(&bar, 0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
+  auto pair = [&](int row, int col) {  // two consecutive P elements as one register
+    __nv_bfloat162 x{p[row * 64 + col], p[row * 64 + col + 1]};
+    return *reinterpret_cast<uint32_t*>(&x);
+  };
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = 0.f;
+  sm90::wgmma_fence();
+  for (int k = 0; k < 4; ++k) {
+    const int r = 16 * warp + group, col = 16 * k + 2 * quad;
+    const uint32_t a[4] = {pair(r, col), pair(r + 8, col), pair(r, col + 8), pair(r + 8, col + 8)};
+    // Keys 16k..16k+15 are two 8-row swizzle atoms, 2048 bytes into the tile per step.
+    sm90::Wgmma<__nv_bfloat16, 64>::rs<1>(d, a, sm90::mnmajor_descriptor(v + 16 * k * 64, 64 * 64 * 2), k > 0);
+  }
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  sm90::fence_accumulators(d);
+  store_accumulators_64(d, c);
+#endif
+}
+
+TEST(Sm90Primitives, WgmmaRegisterAAndMnMajorBMatchTheHost) {
+  SKIP_WITHOUT_SM90();
+  const auto p = random_bf16(64 * 64, 4), v = random_bf16(64 * 64, 5);
+  DeviceArray<__nv_bfloat16> dp(p.size()), dv(v.size());
+  DeviceArray<float> dc(64 * 64);
+  CUDA_CHECK(cudaMemcpy(dp.ptr, p.data(), p.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dv.ptr, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(dc.ptr, 0xff, 64 * 64 * 4));
+  wgmma_rs_kernel<<<1, 128>>>(dp.ptr, map_2d(dv.ptr, 64, 64, 64), dc.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> got(64 * 64);
+  CUDA_CHECK(cudaMemcpy(got.data(), dc.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> want(64 * 64, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 64; ++k)
+        want[m * 64 + n] += double(__bfloat162float(p[m * 64 + k])) * double(__bfloat162float(v[k * 64 + n]));
+  EXPECT_LT(max_rel_error(got, want), 1e-5);
+}
+
+// ---- setmaxnreg, named barriers, elect ------------------------------------------------------
+// Warpgroup 0 gives registers away, 1 and 2 take them; warpgroup 1 writes, signals warpgroup 2
+// through a named barrier, which then reads. elect_one picks one lane per warp.
+__global__ void __launch_bounds__(384, 1) warp_specialised_kernel(int* out) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ int handoff[128];
+  __shared__ int elected;
+  if (threadIdx.x == 0) elected = 0;
+  __syncthreads();
+  const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
+  if (warpgroup == 0) {
+    sm90::warpgroup_registers_decrease<24>();
+    if (sm90::elect_one()) atomicAdd(&elected, 1);
+  } else {
+    sm90::warpgroup_registers_increase<240>();
+    if (warpgroup == 1) {
+      handoff[t] = 1000 + t;
+      sm90::named_barrier_arrive(1, 256);
+    } else {
+      sm90::named_barrier_sync(1, 256);
+      out[t] = handoff[t];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) out[128] = elected;
+#endif
+}
+
+TEST(Sm90Primitives, SetmaxnregNamedBarriersAndElect) {
+  SKIP_WITHOUT_SM90();
+  DeviceArray<int> out(129);
+  CUDA_CHECK(cudaMemset(out.ptr, 0xff, 129 * 4));
+  warp_specialised_kernel<<<1, 384>>>(out.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<int> got(129);
+  CUDA_CHECK(cudaMemcpy(got.data(), out.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  for (int t = 0; t < 128; ++t) ASSERT_EQ(got[t], 1000 + t) << t;
+  EXPECT_EQ(got[128], 4) << "one elected lane per warp of warpgroup 0";
+}
+
+}  // namespace
+}  // namespace flashattn::gpu_test
