@@ -78,7 +78,11 @@ std::vector<uint8_t> bytes_of(const HostTensor& t) {
 using RunCheck = std::function<void(int run, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv)>;
 void repeat_backward(const AttentionCase& c, bool deterministic, int runs, const RunCheck& check) {
   AttentionRun run(c);
-  run.check_fwd(Backend::Fa2, gpu_test::fwd_on_device);  // out and lse for the backward
+  // out and lse for the backward, from the FA2 forward (no references needed here); dense only.
+  run.out = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()});
+  run.lse = HostTensor(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
+  const Status fwd_status = gpu_test::fwd_on_device(run.fwd_params(run.out.view(), run.lse.view(), Backend::Fa2));
+  ASSERT_TRUE(fwd_status.ok()) << fwd_status.message();
   HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
   gpu_test::DeviceMirror m;
   BwdParams d = run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa2);
