@@ -24,7 +24,8 @@ struct BwdScratch {
         vt(size_t(dv * kBlockN)), k(size_t(kBlockN * d)), p(size_t(kBlockM * kBlockN)),
         p_drop(size_t(kBlockM * kBlockN)), dp(size_t(kBlockM * kBlockN)),
         grad_factor(size_t(kBlockM * kBlockN)), acc_a(size_t(std::max(kBlockN, kBlockM) * d)),
-        acc_b(size_t(kBlockN * dv)), lse(kBlockM), delta(kBlockM), row_buffer(size_t(std::max(d, dv))) {}
+        acc_b(size_t(kBlockN * dv)), lse(kBlockM), delta(kBlockM),
+        row_buffer(size_t(kTransposeRows * std::max(d, dv))) {}
   Scratch<float> q, dout, kt, vt, k, p, p_drop, dp, grad_factor, acc_a, acc_b, lse, delta, row_buffer;
 };
 

@@ -23,7 +23,7 @@ FwdScratch::FwdScratch(int64_t head_dim, int64_t head_dim_v)
       row_max(kBlockM),
       row_sum(kBlockM),
       lse(kBlockM),
-      row_buffer(size_t(std::max(head_dim, head_dim_v))) {}
+      row_buffer(size_t(kTransposeRows * std::max(head_dim, head_dim_v))) {}
 
 void attend_row_block(const AttnProblem& p, int64_t b, int64_t h, int64_t row0, int rows,
                       int64_t key_begin, int64_t key_end, FwdScratch& ws) {

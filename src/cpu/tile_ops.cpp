@@ -1,5 +1,7 @@
 #include "cpu/tile_ops.h"
 
+#include <algorithm>
+
 #include "common/philox.h"
 #include "common/score.h"
 #include "cpu/element_io.h"
@@ -13,11 +15,23 @@ void load_tile(const RowsView& view, DType dtype, int64_t b, int64_t head, int64
   for (int r = rows; r < pad_rows; ++r) std::memset(dst + r * ld, 0, sizeof(float) * size_t(dim));
 }
 
+// Converts kTransposeRows rows at a time into row_buffer, then writes them out column by
+// column: each store run is kTransposeRows contiguous floats instead of one float per row
+// (scattering single floats with a stride of a whole tile row was most of this function's time).
 void load_tile_transposed(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0,
                           int rows, int64_t dim, float* dst, int64_t ld, float* row_buffer) {
-  for (int r = 0; r < rows; ++r) {
-    load_row(view.data, view.offset(b, row0 + r, head), dtype, dim, row_buffer);
-    for (int64_t c = 0; c < dim; ++c) dst[c * ld + r] = row_buffer[c];
+  for (int r0 = 0; r0 < rows; r0 += kTransposeRows) {
+    const int n = std::min(kTransposeRows, rows - r0);
+    for (int r = 0; r < n; ++r)
+      load_row(view.data, view.offset(b, row0 + r0 + r, head), dtype, dim, row_buffer + r * dim);
+    for (int64_t c = 0; c < dim; ++c) {
+      float* dst_c = dst + c * ld + r0;
+      if (n == kTransposeRows) {
+        for (int r = 0; r < kTransposeRows; ++r) dst_c[r] = row_buffer[r * dim + c];
+      } else {
+        for (int r = 0; r < n; ++r) dst_c[r] = row_buffer[r * dim + c];
+      }
+    }
   }
   for (int64_t c = 0; c < dim; ++c)
     for (int64_t r = rows; r < ld; ++r) dst[c * ld + r] = 0.f;

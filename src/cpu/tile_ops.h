@@ -72,6 +72,8 @@ inline void exp2_shifted(float* x, int n, float shift_log2) {
 void load_tile(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0, int rows,
                int64_t dim, float* dst, int64_t ld, int pad_rows = 0);
 // Same rows, stored transposed: element (r, c) at dst[c * ld + r]; columns rows..ld-1 zeroed.
+// row_buffer holds kTransposeRows * dim floats.
+inline constexpr int kTransposeRows = 16;
 void load_tile_transposed(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0,
                           int rows, int64_t dim, float* dst, int64_t ld, float* row_buffer);
 
