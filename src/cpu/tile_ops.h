@@ -14,7 +14,7 @@
 namespace flashattn::cpu {
 
 inline constexpr int kBlockM = 128;  // query rows per tile: each converted K/V tile serves more rows
-inline constexpr int kBlockN = 64;  // keys per tile
+inline constexpr int kBlockN = 128;  // keys per tile (128 measured ~5% faster forward than 64)
 
 // 2^f for |f| <= 1/2 (Taylor series of e^(f ln2) to degree 7), for a float or a simd::VecF.
 template <typename T>
