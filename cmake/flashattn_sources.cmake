@@ -29,7 +29,7 @@ target_link_libraries(flashattn_internal INTERFACE flashattn)
 
 if(FLASHATTN_WITH_CUDA)
   file(GLOB FLASHATTN_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/fa2/*.cu
-       ${PROJECT_SOURCE_DIR}/src/arch/sm90/*.cu)
+       ${PROJECT_SOURCE_DIR}/src/arch/sm90/*.cu ${PROJECT_SOURCE_DIR}/src/fa3/*.cu)
   target_sources(flashattn PRIVATE ${FLASHATTN_CUDA_SOURCES})
   target_compile_definitions(flashattn PUBLIC FLASHATTN_WITH_CUDA=1)
   # Static cudart: the library loads on machines without a GPU or a CUDA runtime installed.

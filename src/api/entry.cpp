@@ -9,6 +9,7 @@
 #include "cpu/cpu_backend.h"
 #if defined(FLASHATTN_WITH_CUDA)
 #include "fa2/fa2_backend.h"
+#include "fa3/fa3_backend.h"
 #endif
 
 namespace flashattn {
@@ -75,19 +76,6 @@ Status kernels_not_built(Target target) {
                                     target_name(target) + " was chosen for these CUDA tensors)");
 }
 
-Status run_fwd(Target target, const AttnProblem& problem, [[maybe_unused]] void* stream) {
-  switch (target) {
-    case Target::Cpu: return cpu::fwd(problem);
-#if defined(FLASHATTN_WITH_CUDA)
-    case Target::Fa2: return fa2::fwd(problem, stream);
-#else
-    case Target::Fa2:
-#endif
-    case Target::Fa3: break;
-  }
-  return kernels_not_built(target);
-}
-
 #if defined(FLASHATTN_WITH_CUDA)
 // Kernels that compile but have not yet passed their GPU tests run only when asked for
 // (FLASHATTN_UNVALIDATED_KERNELS=1, which the GPU tests set): never a silent wrong answer.
@@ -99,6 +87,24 @@ Status unvalidated_kernel(const char* what) {
                                     "FLASHATTN_UNVALIDATED_KERNELS=1 to run it anyway");
 }
 #endif
+
+Status run_fwd(Target target, const AttnProblem& problem, [[maybe_unused]] void* stream) {
+  switch (target) {
+    case Target::Cpu: return cpu::fwd(problem);
+#if defined(FLASHATTN_WITH_CUDA)
+    case Target::Fa2: return fa2::fwd(problem, stream);
+    case Target::Fa3: {
+      FA_CHECK(unvalidated_kernel("the fa3 forward"));
+      return fa3::fwd(problem, stream);
+    }
+#else
+    case Target::Fa2:
+    case Target::Fa3: break;
+#endif
+  }
+  return kernels_not_built(target);
+}
+
 
 Status run_bwd(Target target, const BwdProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {

@@ -1,0 +1,13 @@
+// The FA3 backend (wgmma/TMA kernels, sm90a). Compiled only when the library is built with CUDA.
+#pragma once
+
+#include "common/problem.h"
+#include "flashattn/flashattn.h"
+
+namespace flashattn::fa3 {
+
+// Forward over device tensors on `stream`. Today: dense layout, fp16/bf16, head_dim = head_dim_v
+// in {64, 128}, no dropout; anything else answers Unsupported (the FA2 path takes it).
+Status fwd(const AttnProblem& problem, void* stream);
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,82 @@
+// Builds the tensor maps for one FA3 forward call and launches the kernel.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "arch/sm90/tensor_map.h"
+#include "fa3/fa3_backend.h"
+#include "fa3/fwd_kernel.cuh"
+
+namespace flashattn::fa3 {
+namespace {
+
+Status unsupported(const std::string& why) { return Status::error(ErrorCode::Unsupported, "q", "fa3 fwd: " + why); }
+
+// (head_dim, heads, seqlen, batch) with a 64 x 1 x rows x 1 box.
+Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim, int64_t heads, int64_t seqlen,
+                int64_t batch, uint32_t box_rows) {
+  sm90::TensorMapShape shape;
+  shape.rank = 4;
+  shape.sizes[0] = uint64_t(dim);
+  shape.sizes[1] = uint64_t(heads);
+  shape.sizes[2] = uint64_t(seqlen);
+  shape.sizes[3] = uint64_t(batch);
+  shape.strides_bytes[0] = uint64_t(view.head_stride) * 2;
+  shape.strides_bytes[1] = uint64_t(view.row_stride) * 2;
+  shape.strides_bytes[2] = uint64_t(view.batch_stride) * 2;
+  shape.box[0] = 64;
+  shape.box[1] = 1;
+  shape.box[2] = box_rows;
+  shape.box[3] = 1;
+  return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
+}
+
+template <typename Config>
+Status launch(const AttnProblem& p, cudaStream_t stream) {
+  FwdMaps maps;
+  if (Status st = map_rows(&maps.q, p.q, p.dtype, p.head_dim, p.heads_q, p.lens.seqlen_q, p.batch, Config::kBlockM); !st.ok())
+    return st;
+  if (Status st = map_rows(&maps.k, p.k, p.dtype, p.head_dim, p.heads_k, p.lens.seqlen_k, p.batch, Config::kBlockN); !st.ok())
+    return st;
+  if (Status st = map_rows(&maps.v, p.v, p.dtype, p.head_dim_v, p.heads_k, p.lens.seqlen_k, p.batch, Config::kBlockN); !st.ok())
+    return st;
+  auto kernel = fwd_kernel<Config>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
+  if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
+  const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  if (row_blocks == 0 || p.batch == 0) return {};
+  kernel<<<dim3(unsigned(row_blocks), unsigned(p.heads_q), unsigned(p.batch)), Config::kThreads, Config::kSmemBytes, stream>>>(
+      maps, p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: launch: ") + cudaGetErrorString(err));
+  return {};
+}
+
+template <typename Element>
+Status dispatch(const AttnProblem& p, cudaStream_t stream) {
+  if (p.head_dim == 64) return launch<FwdConfig<Element, 64, 128, 2>>(p, stream);
+  return launch<FwdConfig<Element, 128, 128, 2>>(p, stream);
+}
+
+}  // namespace
+
+Status fwd(const AttnProblem& p, void* stream) {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return Status::error(ErrorCode::CudaError, "", "fa3 fwd: cannot read the device");
+  if (major != 9) return unsupported("needs an sm90 GPU");
+  if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("takes float16 or bfloat16");
+  if (p.head_dim != p.head_dim_v || (p.head_dim != 64 && p.head_dim != 128))
+    return unsupported("head_dim = head_dim_v in {64, 128} only, got " + std::to_string(p.head_dim) + " / " +
+                       std::to_string(p.head_dim_v));
+  if (p.lens.cu_seqlens_q != nullptr || p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr ||
+      p.k.batch_index != nullptr)
+    return unsupported("dense (batch, seqlen, heads, dim) tensors only (no varlen, cache or pages yet)");
+  if (p.dropout_p > 0.f) return unsupported("has no dropout");
+  if (p.num_splits > 1) return unsupported("has no split-KV yet");
+  if (p.batch > 65535 || p.heads_q > 65535) return unsupported("at most 65535 sequences and heads");
+  const auto s = static_cast<cudaStream_t>(stream);
+  return p.dtype == DType::F16 ? dispatch<__half>(p, s) : dispatch<__nv_bfloat16>(p, s);
+}
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,53 @@
+// FA3 forward (first version: dense layout, d 64/128) against the naive reference over the part of
+// the feature sweep it supports. Skips without an sm90 GPU. The library runs the FA3 forward only
+// on request until this suite has passed on a GPU (src/api/entry.cpp), so it opts in.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "attention_case.h"
+#include "device_mirror.h"
+#include "gpu_test_util.h"
+
+namespace flashattn::test {
+namespace {
+
+const bool kUnvalidatedKernelsEnabled = [] { return setenv("FLASHATTN_UNVALIDATED_KERNELS", "1", 1) == 0; }();
+
+std::vector<AttentionCase> fa3_sweep() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : feature_sweep())
+    if (c.dtype != DType::F32 && !c.varlen() && c.dropout_p == 0.f && c.num_splits <= 1 &&
+        (c.head_dim == 64 || c.head_dim == 128) && c.dv() == c.head_dim)
+      cases.push_back(c);
+  return cases;
+}
+
+bool sm90(std::string* why) {
+  if (!gpu_test::cuda_device_present(why)) return false;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major == 9) return true;
+  *why = "the device is not sm90";
+  return false;
+}
+
+class Fa3Forward : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3Forward, MatchesReference) {
+  std::string why;
+  if (!sm90(&why)) GTEST_SKIP() << "no sm90 device: " << why;
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
+  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
+  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return param_test_name(info.index, info.param.name());
+                         });
+
+}  // namespace
+}  // namespace flashattn::test
