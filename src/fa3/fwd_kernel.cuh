@@ -181,13 +181,17 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
 
     // O += P V: P's k16 step kk is accumulators 8kk .. 8kk + 7; V's step kk starts at key row 16kk
     // (2048 bytes into each column block), column blocks kBlockN * 128 bytes apart.
+    // P is packed before the first wgmma: registers written between async wgmmas would make the
+    // compiler insert extra warpgroup fences.
+    uint32_t p_frag[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p_frag[kk][e] = sm80::pack2<Element>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
     sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t a[4] = {sm80::pack2<Element>(s[8 * kk + 0], s[8 * kk + 1]), sm80::pack2<Element>(s[8 * kk + 2], s[8 * kk + 3]),
-                             sm80::pack2<Element>(s[8 * kk + 4], s[8 * kk + 5]), sm80::pack2<Element>(s[8 * kk + 6], s[8 * kk + 7])};
-      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, a, sm90::mnmajor_descriptor(v_stage + 16 * kk * 64, kBlockN * 128), 1);
-    }
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor(v_stage + 16 * kk * 64, kBlockN * 128), 1);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(o);
