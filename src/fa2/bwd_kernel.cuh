@@ -28,6 +28,7 @@
 #include "common/philox.h"
 #include "common/problem.h"
 #include "common/score.h"
+#include "fa2/bwd_sync.cuh"
 
 namespace flashattn::fa2 {
 
@@ -130,12 +131,6 @@ struct BwdStep {
   int64_t head;
   int row0;
 };
-
-__device__ __forceinline__ int bwd_ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const BwdArgs args) {
@@ -412,15 +407,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       const int rows_here_end = row0 + kBlockM < sq ? row0 + kBlockM : sq;
       const int first_block = int(visible_keys(p.mask, row0, rows_here_end, sq, sk).begin / kBlockN);
       counter = args.dq_counters + (b * p.heads_q + h) * (args.rows_padded / kBwdMinBlockM) + row0 / kBlockM;
-      if (threadIdx.x == 0) {
-        const int target = int(blockIdx.x) - first_block;
-        // Bounded spin: a broken ordering traps (a launch error) instead of hanging the GPU.
-        int polls = 0;
-        while (bwd_ld_acquire(counter) < target) {
-          __nanosleep(64);
-          if (++polls > (1 << 26)) __trap();  // seconds: real waits take microseconds to milliseconds
-        }
-      }
+      if (threadIdx.x == 0) bwd_wait_counter(counter, int(blockIdx.x) - first_block);
       __syncthreads();
     }
 #pragma unroll 1
@@ -467,7 +454,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     }
     if (args.deterministic) __threadfence();  // this CTA's dQ adds visible before the counter moves
     __syncthreads();  // every warp is done with this stage and with dS^T before they are refilled
-    if (args.deterministic && threadIdx.x == 0) atomicAdd(counter, 1);
+    if (args.deterministic && threadIdx.x == 0) bwd_signal_counter(counter);
   }
   sm80::cp_async_wait<0>();
 
