@@ -24,6 +24,7 @@
 #include "arch/sm80/ldmatrix.cuh"
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
+#include "fa2/tile_load.cuh"
 #include "common/mask.h"
 #include "common/philox.h"
 #include "common/problem.h"
@@ -102,28 +103,6 @@ struct BwdConfig {
   static_assert(kBlockM / 2 <= kThreads, "one thread per 16-byte chunk of LSE and D");
 };
 
-// Copies rows [row0, row0 + kRows) of (b, head) into shared memory (row stride kRowStride);
-// rows past `rows_valid` and columns past `dim` are zero-filled.
-template <typename Config, int kRows>
-__device__ __forceinline__ void bwd_load_rows_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
-                                                    int64_t rows_valid, int dim, typename Config::Element* smem) {
-  using Element = typename Config::Element;
-  constexpr int kChunksPerRow = Config::kHeadDim / 8;
-  constexpr int kRowStep = Config::kThreads / kChunksPerRow;
-  static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the threads' row step");
-  const Element* base = static_cast<const Element*>(view.data);
-  const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
-  const bool col_valid = col < dim;
-  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
-  const Element* src = base + view.offset(b, row0 + first_row, head) + col;
-  const int64_t step = kRowStep * view.row_stride;
-#pragma unroll 1  // rolled: keeps addresses out of the registers the MMAs need
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    const bool valid = col_valid && first_row + i * kRowStep < rows_valid;
-    sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
-                      valid);
-  }
-}
 
 // Which query head and row block step `step` of a CTA works on: heads of the GQA group outer,
 // row blocks inner.
@@ -187,9 +166,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   };
   const auto load_step = [&](int step, int stage) {
     const BwdStep s = step_at(step);
-    bwd_load_rows_async<Config, kBlockM>(p.q, b, s.head, s.row0, sq - s.row0, int(p.head_dim),
+    load_tile_async<Config, kBlockM>(p.q, b, s.head, s.row0, sq - s.row0, int(p.head_dim),
                                          smem_q + stage * Config::kSmemRows);
-    bwd_load_rows_async<Config, kBlockM>(bp.dout, b, s.head, s.row0, sq - s.row0, int(p.head_dim_v),
+    load_tile_async<Config, kBlockM>(bp.dout, b, s.head, s.row0, sq - s.row0, int(p.head_dim_v),
                                          smem_do + stage * Config::kSmemRows);
     const int64_t ws = (b * p.heads_q + s.head) * args.rows_padded + s.row0;
     const int chunk = int(threadIdx.x);
@@ -201,8 +180,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   };
 
   if (steps > 0) {
-    bwd_load_rows_async<Config, kBlockN>(p.k, b, hk, key0, keys_used, int(p.head_dim), smem_k);
-    bwd_load_rows_async<Config, kBlockN>(p.v, b, hk, key0, keys_used, int(p.head_dim_v), smem_v);
+    load_tile_async<Config, kBlockN>(p.k, b, hk, key0, keys_used, int(p.head_dim), smem_k);
+    load_tile_async<Config, kBlockN>(p.v, b, hk, key0, keys_used, int(p.head_dim_v), smem_v);
     load_step(0, 0);
     sm80::cp_async_commit();
   }

@@ -18,6 +18,7 @@
 #include "arch/sm80/ldmatrix.cuh"
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
+#include "fa2/tile_load.cuh"
 #include "common/mask.h"
 #include "common/philox.h"
 #include "common/problem.h"
@@ -48,41 +49,6 @@ struct FwdConfig {
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
   static_assert(kThreads % (kHeadDim / 8) == 0, "a thread's 16-byte chunks must share one column");
 };
-
-// Copies rows [row0, row0 + kRows) of (b, head) into shared memory (row stride kRowStride);
-// rows past `rows_valid` and columns past `dim` are zero-filled. Each thread copies one column of
-// 16-byte chunks every kRowStep rows, so dense and varlen layouts need one address computation
-// per thread and tile; paged caches look each row's page up.
-template <typename Config, int kRows>
-__device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
-                                                int64_t rows_valid, int dim, typename Config::Element* smem) {
-  using Element = typename Config::Element;
-  constexpr int kChunksPerRow = Config::kHeadDim / 8;
-  constexpr int kRowStep = Config::kThreads / kChunksPerRow;
-  const Element* base = static_cast<const Element*>(view.data);
-  const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
-  const bool col_valid = col < dim;
-  static_assert(kRows % kRowStep == 0, "tile rows must be a multiple of the threads' row step");
-  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
-  if (view.block_table == nullptr) {
-    const Element* src = base + view.offset(b, row0 + first_row, head) + col;
-    const int64_t step = kRowStep * view.row_stride;
-#pragma unroll 1  // a rolled loop keeps addresses out of the registers the MMAs need
-    for (int i = 0; i < kRows / kRowStep; ++i) {
-      const bool valid = col_valid && first_row + i * kRowStep < rows_valid;
-      sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
-                        valid);
-    }
-  } else {
-#pragma unroll 1
-    for (int i = 0; i < kRows / kRowStep; ++i) {
-      const int r = first_row + i * kRowStep;
-      const bool valid = col_valid && r < rows_valid;
-      sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)),
-                        valid ? base + view.offset(b, row0 + r, head) + col : base, valid);
-    }
-  }
-}
 
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
