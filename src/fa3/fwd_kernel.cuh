@@ -87,6 +87,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   if (warpgroup == 0) {  // ---------------------------------------------------------- producer
     sm90::warpgroup_registers_decrease<24>();
     if (threadIdx.x == 0) {
+      // CHECK ON GPU: the expect-tx counts assume a box that is partly out of bounds (last Q block
+      // when seqlen_q % 128 != 0, last K/V tile) still completes its full box bytes (zero-filled),
+      // as CUTLASS/FA3 rely on; if not, the consumers hang on the full barrier of that tile.
       sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);
       for (int c = 0; c < kColumnBlocks; ++c)
         sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(h), row0, int(b), q_full);

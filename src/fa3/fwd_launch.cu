@@ -1,6 +1,7 @@
 // Builds the tensor maps for one FA3 forward call and launches the kernel.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "arch/sm90/tensor_map.h"
@@ -33,18 +34,24 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
 
 template <typename Config>
 Status launch(const AttnProblem& p, cudaStream_t stream) {
+  // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
+  const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
   FwdMaps maps;
   if (Status st = map_rows(&maps.q, p.q, p.dtype, p.head_dim, p.heads_q, p.lens.seqlen_q, p.batch, Config::kBlockM); !st.ok())
     return st;
-  if (Status st = map_rows(&maps.k, p.k, p.dtype, p.head_dim, p.heads_k, p.lens.seqlen_k, p.batch, Config::kBlockN); !st.ok())
+  // cuTensorMapEncodeTiled rejects a zero globalDim (cuda.h: "must be non-zero"). With no keys
+  // (seqlen_k = 0) the kernel issues no K/V loads (visible_keys is empty: O = 0, LSE = -inf), so
+  // a one-row extent only keeps the encode from failing; it is never read.
+  // CHECK ON GPU: that the encode accepts the base pointer of an empty K/V tensor (it may be null).
+  const int64_t key_rows = std::max<int64_t>(p.lens.seqlen_k, 1);
+  if (Status st = map_rows(&maps.k, p.k, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, Config::kBlockN); !st.ok())
     return st;
-  if (Status st = map_rows(&maps.v, p.v, p.dtype, p.head_dim_v, p.heads_k, p.lens.seqlen_k, p.batch, Config::kBlockN); !st.ok())
+  if (Status st = map_rows(&maps.v, p.v, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, Config::kBlockN); !st.ok())
     return st;
   auto kernel = fwd_kernel<Config>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
-  const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  if (row_blocks == 0 || p.batch == 0) return {};
   kernel<<<dim3(unsigned(row_blocks), unsigned(p.heads_q), unsigned(p.batch)), Config::kThreads, Config::kSmemBytes, stream>>>(
       maps, p);
   err = cudaGetLastError();
