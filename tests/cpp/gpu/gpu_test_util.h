@@ -99,4 +99,23 @@ inline unsigned grid_for(std::size_t n, unsigned block = 256) {
   return unsigned(blocks < 4096 ? (blocks > 0 ? blocks : 1) : 4096);
 }
 
+// True when device 0 is an sm90 (Hopper) GPU: the FA3 path and the sm90 primitives need one.
+inline bool sm90_device_present(std::string* why) {
+  if (!cuda_device_present(why)) return false;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) {
+    *why = std::string("needs sm90, the device is sm") + std::to_string(prop.major) + std::to_string(prop.minor);
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_SM90()                                                  \
+  do {                                                                       \
+    std::string no_sm90_reason_;                                             \
+    if (!::flashattn::gpu_test::sm90_device_present(&no_sm90_reason_))      \
+      GTEST_SKIP() << "no sm90 device: " << no_sm90_reason_;                 \
+  } while (0)
+
 }  // namespace flashattn::gpu_test

@@ -23,20 +23,10 @@ std::vector<AttentionCase> fa3_sweep() {
   return cases;
 }
 
-bool sm90(std::string* why) {
-  if (!gpu_test::cuda_device_present(why)) return false;
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major == 9) return true;
-  *why = "the device is not sm90";
-  return false;
-}
-
 class Fa3Forward : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(Fa3Forward, MatchesReference) {
-  std::string why;
-  if (!sm90(&why)) GTEST_SKIP() << "no sm90 device: " << why;
+  SKIP_WITHOUT_SM90();
   const AttentionCase& c = GetParam();
   AttentionRun run(c);
   const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);

@@ -22,23 +22,6 @@ namespace {
 #define FA_SM90A_DEVICE 1
 #endif
 
-bool sm90_present(std::string* why) {
-  if (!cuda_device_present(why)) return false;
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9) {
-    *why = std::string("needs sm90, the device is sm") + std::to_string(prop.major) + std::to_string(prop.minor);
-    return false;
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_SM90()                                          \
-  do {                                                               \
-    std::string why_;                                                \
-    if (!sm90_present(&why_)) GTEST_SKIP() << "no sm90 device: " << why_; \
-  } while (0)
-
 template <typename T>
 struct DeviceArray {
   T* ptr = nullptr;
@@ -69,21 +52,31 @@ CUtensorMap map_2d(const void* base, uint64_t rows, uint64_t cols, uint32_t box_
   return map;
 }
 
+// Loads one 64 x 64 bf16 tile per (map, destination) with TMA on a single barrier and waits for
+// all of them: the preamble every kernel below shares.
+template <int kTiles>
+__device__ void load_tiles_and_wait(const CUtensorMap* const (&maps)[kTiles], __nv_bfloat16* const (&tiles)[kTiles],
+                                    int col0, int row0, uint64_t* bar) {
+#if defined(FA_SM90A_DEVICE)
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(bar, 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(bar, kTiles * 64 * 64 * 2);
+    for (int i = 0; i < kTiles; ++i) sm90::tma_load_2d(tiles[i], maps[i], col0, row0, bar);
+  }
+  sm90::mbarrier_wait(bar, 0);
+#endif
+}
+
 // ---- TMA: a 64 x 64 tile lands in shared memory in the 128-byte swizzle pattern -------------
 __global__ void tma_tile_kernel(const __grid_constant__ CUtensorMap map, int col0, int row0, __nv_bfloat16* out) {
 #if defined(FA_SM90A_DEVICE)
   __shared__ alignas(1024) __nv_bfloat16 tile[64 * 64];
   __shared__ uint64_t bar;
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_init(&bar, 1);
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_arrive_expect_tx(&bar, sizeof(tile));
-    sm90::tma_load_2d(tile, &map, col0, row0, &bar);
-  }
-  sm90::mbarrier_wait(&bar, 0);
+  load_tiles_and_wait<1>({&map}, {tile}, col0, row0, &bar);
   for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) out[i] = tile[i];  // raw shared-memory order
 #endif
 }
@@ -123,17 +116,7 @@ __global__ void wgmma_ss_kernel(const __grid_constant__ CUtensorMap map_a, const
   __shared__ alignas(1024) __nv_bfloat16 a[64 * 64];
   __shared__ alignas(1024) __nv_bfloat16 b[64 * 64];
   __shared__ uint64_t bar;
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_init(&bar, 1);
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_arrive_expect_tx(&bar, sizeof(a) + sizeof(b));
-    sm90::tma_load_2d(a, &map_a, 0, 0, &bar);
-    sm90::tma_load_2d(b, &map_b, 0, 0, &bar);
-  }
-  sm90::mbarrier_wait(&bar, 0);
+  load_tiles_and_wait<2>({&map_a, &map_b}, {a, b}, 0, 0, &bar);
   float d[32];
   for (int i = 0; i < 32; ++i) d[i] = 0.f;
   sm90::wgmma_fence();
@@ -179,16 +162,7 @@ __global__ void wgmma_rs_kernel(const __nv_bfloat16* p, const __grid_constant__ 
 #if defined(FA_SM90A_DEVICE)
   __shared__ alignas(1024) __nv_bfloat16 v[64 * 64];
   __shared__ uint64_t bar;
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_init(&bar, 1);
-    sm90::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    sm90::mbarrier_arrive_expect_tx(&bar, sizeof(v));
-    sm90::tma_load_2d(v, &map_v, 0, 0, &bar);
-  }
-  sm90::mbarrier_wait(&bar, 0);
+  load_tiles_and_wait<1>({&map_v}, {v}, 0, 0, &bar);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, quad = lane % 4;
   auto pair = [&](int row, int col) {  // two consecutive P elements as one register
     __nv_bfloat162 x{p[row * 64 + col], p[row * 64 + col + 1]};
