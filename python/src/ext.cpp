@@ -180,6 +180,22 @@ void fill_options(const OptionArgs& o, flashattn::AttnOptions* p) {
   p->backend = to_backend(o.backend);
 }
 
+// The varlen and dropout arguments fwd and bwd share.
+void fill_varlen(const InArray& cu_seqlens_q, const InArray& cu_seqlens_k, const InArray& seqused_k, int max_seqlen_q,
+                 int max_seqlen_k, flashattn::VarlenArgs* p) {
+  p->cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
+  p->cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
+  p->seqused_k = to_view(seqused_k, "seqused_k");
+  p->max_seqlen_q = max_seqlen_q;
+  p->max_seqlen_k = max_seqlen_k;
+}
+
+void fill_dropout(float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, flashattn::DropoutArgs* p) {
+  p->dropout_p = dropout_p;
+  p->dropout_seed = dropout_seed;
+  p->dropout_offset = dropout_offset;
+}
+
 StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
                  const OutArray& softmax_lse, const InArray& cu_seqlens_q, const InArray& cu_seqlens_k,
                  const InArray& seqused_k, int max_seqlen_q, int max_seqlen_k, std::optional<float> softmax_scale,
@@ -193,15 +209,9 @@ StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const Out
     p.v = to_view(v, "v");
     p.out = to_view(out, "out");
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
-    p.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
-    p.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
-    p.seqused_k = to_view(seqused_k, "seqused_k");
-    p.max_seqlen_q = max_seqlen_q;
-    p.max_seqlen_k = max_seqlen_k;
+    fill_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, &p);
     fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend}, &p);
-    p.dropout_p = dropout_p;
-    p.dropout_seed = dropout_seed;
-    p.dropout_offset = dropout_offset;
+    fill_dropout(dropout_p, dropout_seed, dropout_offset, &p);
     p.num_splits = num_splits;
     return call_released(flashattn::fwd, p);
   });
@@ -224,15 +234,9 @@ StatusResult bwd(const InArray& dout, const InArray& q, const InArray& k, const 
     p.dq = to_view(dq, "dq");
     p.dk = to_view(dk, "dk");
     p.dv = to_view(dv, "dv");
-    p.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
-    p.cu_seqlens_k = to_view(cu_seqlens_k, "cu_seqlens_k");
-    p.seqused_k = to_view(seqused_k, "seqused_k");
-    p.max_seqlen_q = max_seqlen_q;
-    p.max_seqlen_k = max_seqlen_k;
+    fill_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, &p);
     fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend}, &p);
-    p.dropout_p = dropout_p;
-    p.dropout_seed = dropout_seed;
-    p.dropout_offset = dropout_offset;
+    fill_dropout(dropout_p, dropout_seed, dropout_offset, &p);
     p.deterministic = deterministic;
     return call_released(flashattn::bwd, p);
   });
