@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "params.h"
 #include "runner.h"
 #include "tensors.h"
 
@@ -97,17 +98,14 @@ class CudaRunner final : public Runner {
         !(st = lse.create(DType::F32, {s.batch, s.heads_q, s.seqlen_q}, dev, 0)).ok())
       return st;
 
-    FwdParams fp;
-    fp.q = q.view();
-    fp.k = k.view();
-    fp.v = v.view();
-    fp.out = out.view();
-    fp.softmax_lse = lse.view();
-    fp.causal = s.causal;
-    fp.backend = settings_.backend;
-    fp.stream = stream_;
+    AttentionViews views;
+    views.q = q.view();
+    views.k = k.view();
+    views.v = v.view();
+    views.out = out.view();
+    views.lse = lse.view();
+    const FwdParams fp = make_fwd_params(s, views, settings_.backend, stream_);
     if (c.direction == Direction::Fwd) {
-      fp.num_splits = s.seqlen_q == 1 ? 0 : 1;  // decode: let the library split the keys
       return time_calls([&] { return fwd(fp); }, row);
     }
 
@@ -118,19 +116,11 @@ class CudaRunner final : public Runner {
       return st;
     // The backward needs the forward's out and lse; that forward is not timed.
     if (!(st = fwd(fp)).ok()) return st;
-    BwdParams bp;
-    bp.q = q.view();
-    bp.k = k.view();
-    bp.v = v.view();
-    bp.out = out.view();
-    bp.dout = dout.view();
-    bp.softmax_lse = lse.view();
-    bp.dq = dq.view();
-    bp.dk = dk.view();
-    bp.dv = dv.view();
-    bp.causal = s.causal;
-    bp.backend = settings_.backend;
-    bp.stream = stream_;
+    views.dout = dout.view();
+    views.dq = dq.view();
+    views.dk = dk.view();
+    views.dv = dv.view();
+    const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_);
     return time_calls([&] { return bwd(bp); }, row);
   }
 

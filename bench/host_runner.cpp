@@ -4,6 +4,7 @@
 
 #include "api/validate.h"
 #include "cpu/reference.h"
+#include "params.h"
 #include "runner.h"
 #include "tensors.h"
 
@@ -33,34 +34,11 @@ struct HostCase {
     }
   }
 
-  FwdParams fwd_params(const Shape& s, Backend backend) const {
-    FwdParams p;
-    p.q = q.view();
-    p.k = k.view();
-    p.v = v.view();
-    p.out = out.view();
-    p.softmax_lse = lse.view();
-    p.causal = s.causal;
-    p.backend = backend;
-    p.num_splits = s.seqlen_q == 1 ? 0 : 1;  // decode: let the library split the keys
-    return p;
+  AttentionViews views() const {
+    return {q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view()};
   }
-
-  BwdParams bwd_params(const Shape& s, Backend backend) const {
-    BwdParams p;
-    p.q = q.view();
-    p.k = k.view();
-    p.v = v.view();
-    p.out = out.view();
-    p.dout = dout.view();
-    p.softmax_lse = lse.view();
-    p.dq = dq.view();
-    p.dk = dk.view();
-    p.dv = dv.view();
-    p.causal = s.causal;
-    p.backend = backend;
-    return p;
-  }
+  FwdParams fwd_params(const Shape& s, Backend backend) const { return make_fwd_params(s, views(), backend); }
+  BwdParams bwd_params(const Shape& s, Backend backend) const { return make_bwd_params(s, views(), backend); }
 };
 
 class HostRunner final : public Runner {

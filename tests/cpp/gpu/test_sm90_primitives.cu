@@ -137,6 +137,17 @@ double max_rel_error(const std::vector<float>& got, const std::vector<double>& w
   return worst;
 }
 
+// The 64 x 64 x 64 product in double: B is given as (n, k) when b_n_major, else as (k, n).
+std::vector<double> host_product(const std::vector<__nv_bfloat16>& a, const std::vector<__nv_bfloat16>& b, bool b_n_major) {
+  std::vector<double> c(64 * 64, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 64; ++k)
+        c[m * 64 + n] += double(__bfloat162float(a[m * 64 + k])) *
+                         double(__bfloat162float(b_n_major ? b[n * 64 + k] : b[k * 64 + n]));
+  return c;
+}
+
 TEST(Sm90Primitives, WgmmaSharedKMajorOperandsMatchTheHost) {
   SKIP_WITHOUT_SM90();
   const auto a = random_bf16(64 * 64, 2), b = random_bf16(64 * 64, 3);
@@ -149,12 +160,7 @@ TEST(Sm90Primitives, WgmmaSharedKMajorOperandsMatchTheHost) {
   CUDA_CHECK_LAUNCH();
   std::vector<float> got(64 * 64);
   CUDA_CHECK(cudaMemcpy(got.data(), dc.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<double> want(64 * 64, 0.0);
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 64; ++n)
-      for (int k = 0; k < 64; ++k)
-        want[m * 64 + n] += double(__bfloat162float(a[m * 64 + k])) * double(__bfloat162float(b[n * 64 + k]));
-  EXPECT_LT(max_rel_error(got, want), 1e-5);
+  EXPECT_LT(max_rel_error(got, host_product(a, b, /*b_n_major=*/true)), 1e-5);
 }
 
 // ---- wgmma: O(64 x 64) = P(64 x 64, registers) V(64 keys x 64, MN-major in shared memory) ----
@@ -196,12 +202,7 @@ TEST(Sm90Primitives, WgmmaRegisterAAndMnMajorBMatchTheHost) {
   CUDA_CHECK_LAUNCH();
   std::vector<float> got(64 * 64);
   CUDA_CHECK(cudaMemcpy(got.data(), dc.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
-  std::vector<double> want(64 * 64, 0.0);
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 64; ++n)
-      for (int k = 0; k < 64; ++k)
-        want[m * 64 + n] += double(__bfloat162float(p[m * 64 + k])) * double(__bfloat162float(v[k * 64 + n]));
-  EXPECT_LT(max_rel_error(got, want), 1e-5);
+  EXPECT_LT(max_rel_error(got, host_product(p, v, /*b_n_major=*/false)), 1e-5);
 }
 
 // ---- setmaxnreg, named barriers, elect ------------------------------------------------------
