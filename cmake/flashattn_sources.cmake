@@ -32,6 +32,12 @@ if(FLASHATTN_WITH_CUDA)
        ${PROJECT_SOURCE_DIR}/src/arch/sm90/*.cu ${PROJECT_SOURCE_DIR}/src/fa3/*.cu)
   target_sources(flashattn PRIVATE ${FLASHATTN_CUDA_SOURCES})
   target_compile_definitions(flashattn PUBLIC FLASHATTN_WITH_CUDA=1)
+  # Test builds: an mbarrier wait that spins for seconds traps (a lost arrival or a wrong expect-tx
+  # count fails one test quickly instead of hanging the whole run). Off for shipped builds.
+  option(FLASHATTN_HANG_TRAP "Trap in mbarrier waits that last over ~4 s (GPU test builds)" OFF)
+  if(FLASHATTN_HANG_TRAP)
+    target_compile_definitions(flashattn PUBLIC FLASHATTN_HANG_TRAP=1)
+  endif()
   # Static cudart: the library loads on machines without a GPU or a CUDA runtime installed.
   target_link_libraries(flashattn PUBLIC CUDA::cudart_static)
   target_compile_options(flashattn PRIVATE

@@ -7,7 +7,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 fa_setup_path
 fa_ensure_deps 0
 log="$(mktemp)"
-fa_gpu_configure "$log" OFF >/dev/null || fa_die "configure failed (see $log)"
+want_tests=OFF
+fa_gtest_available && want_tests=ON  # same configuration as tools/gpu/test.sh: no rebuild after it
+fa_gpu_configure "$log" "$want_tests" >/dev/null || fa_die "configure failed (see $log)"
 fa_build "$FA_GPU_BUILD" flashattn_bench >>"$log" 2>&1 || fa_die "build failed (see $log)"
 for variant in 0 1 2; do
   for d in 64 128 256; do

@@ -25,8 +25,18 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) { cuda::ptx::mbarrier_arrive(bar); }
 
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#ifdef FLASHATTN_HANG_TRAP
+  // Each failed try_wait suspends the thread for a while; 2^26 of them is seconds, longer than any
+  // correct pipeline waits. No printf: it would cost the kernel a stack frame; the launch fails
+  // with an illegal-instruction error instead.
+  uint32_t tries = 0;
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+    if (++tries == (1u << 26)) __trap();
+  }
+#else
   while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
+#endif
 }
 
 // Position in a ring of kStages stages: the stage index and the parity of its current phase.
