@@ -1,6 +1,5 @@
 // The entry points: validate, choose the backend, run it. Every failure comes back as a Status;
 // an exception escaping a backend becomes ErrorCode::Internal instead of crossing the API.
-#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -76,27 +75,13 @@ Status kernels_not_built(Target target) {
                                     target_name(target) + " was chosen for these CUDA tensors)");
 }
 
-#if defined(FLASHATTN_WITH_CUDA)
-// Kernels that compile but have not yet passed their GPU tests run only when asked for
-// (FLASHATTN_UNVALIDATED_KERNELS=1, which the GPU tests set): never a silent wrong answer.
-Status unvalidated_kernel(const char* what) {
-  const char* opt_in = std::getenv("FLASHATTN_UNVALIDATED_KERNELS");
-  if (opt_in != nullptr && std::string(opt_in) == "1") return {};
-  return unsupported("backend", std::string(what) +
-                                    " is built but has not yet passed its GPU tests; set "
-                                    "FLASHATTN_UNVALIDATED_KERNELS=1 to run it anyway");
-}
-#endif
 
 Status run_fwd(Target target, const AttnProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {
     case Target::Cpu: return cpu::fwd(problem);
 #if defined(FLASHATTN_WITH_CUDA)
     case Target::Fa2: return fa2::fwd(problem, stream);
-    case Target::Fa3: {
-      FA_CHECK(unvalidated_kernel("the fa3 forward"));
-      return fa3::fwd(problem, stream);
-    }
+    case Target::Fa3: return fa3::fwd(problem, stream);
 #else
     case Target::Fa2:
     case Target::Fa3: break;
@@ -110,10 +95,7 @@ Status run_bwd(Target target, const BwdProblem& problem, [[maybe_unused]] void* 
   switch (target) {
     case Target::Cpu: return cpu::bwd(problem);
 #if defined(FLASHATTN_WITH_CUDA)
-    case Target::Fa2: {
-      FA_CHECK(unvalidated_kernel("the fa2 backward"));
-      return fa2::bwd(problem, stream);
-    }
+    case Target::Fa2: return fa2::bwd(problem, stream);
 #else
     case Target::Fa2:
 #endif

@@ -16,10 +16,6 @@
 namespace flashattn::test {
 namespace {
 
-// The library runs the FA2 backward only on request until these tests have passed on a GPU
-// (src/api/entry.cpp); this suite is what validates it.
-const bool kUnvalidatedKernelsEnabled = [] { return setenv("FLASHATTN_UNVALIDATED_KERNELS", "1", 1) == 0; }();
-
 std::vector<AttentionCase> gpu_sweep() {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : feature_sweep())

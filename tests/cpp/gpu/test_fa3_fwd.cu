@@ -12,8 +12,6 @@
 namespace flashattn::test {
 namespace {
 
-const bool kUnvalidatedKernelsEnabled = [] { return setenv("FLASHATTN_UNVALIDATED_KERNELS", "1", 1) == 0; }();
-
 std::vector<AttentionCase> fa3_sweep() {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : feature_sweep())
