@@ -404,18 +404,24 @@ def test_cuda_graph_capture():
 @CUDA_ONLY
 def test_cuda_graph_capture_backward():
     q, k, v = (make((1, 64, 2, 64), "cuda", torch.float16) for _ in range(3))
-    out = run_or_skip(flash_attn_func, q, k, v, causal=True)
-    run_or_skip(torch.autograd.grad, out.sum(), (q, k, v))
+
+    # deterministic: the replayed and the eager dq are compared bitwise (fp32 atomics would not be).
+    def step():
+        # Nothing of the autograd graph outlives the call: a graph kept alive from a warm-up on the
+        # default stream would tie the leaves' AccumulateGrad nodes to that stream and break capture.
+        return torch.autograd.grad(flash_attn_func(q, k, v, causal=True, deterministic=True).sum(), (q, k, v))
+
+    run_or_skip(step)
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.autograd.grad(flash_attn_func(q, k, v, causal=True).sum(), (q, k, v))
+        step()
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
-        static_grads = torch.autograd.grad(flash_attn_func(q, k, v, causal=True).sum(), (q, k, v))
+        static_grads = step()
     graph.replay()
-    expected = torch.autograd.grad(flash_attn_func(q, k, v, causal=True).sum(), (q, k, v))
+    expected = step()
     for a, b in zip(static_grads, expected):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 

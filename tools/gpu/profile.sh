@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: builds flashattn_bench and profiles one kernel launch with Nsight Compute
 # (clocks left as they are), writing LOGDIR/ncu.txt. Arguments after LOGDIR go to the benchmark
-# (default: one bf16 d128 forward, 4 x 4096 x 16 heads, on fa2).
+# (default: one bf16 d128 forward, 4 x 4096 x 16 heads, on fa2). FA_NCU_KERNEL: kernel-name regex
+# (default fwd_kernel). FA_NCU_OUT: report file name (default ncu.txt).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 
@@ -19,8 +20,8 @@ fa_gpu_configure "$build_log" OFF >/dev/null || fa_die "configure failed (see $b
 fa_build "$FA_GPU_BUILD" flashattn_bench >>"$build_log" 2>&1 || fa_die "build failed (see $build_log)"
 ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1 || true)"
 [[ -n "$ncu_bin" ]] || fa_die "ncu not found"
-"$ncu_bin" --clock-control none --kernel-name regex:fwd_kernel --launch-skip 1 --launch-count 1 \
+"$ncu_bin" --clock-control none --kernel-name "regex:${FA_NCU_KERNEL:-fwd_kernel}" --launch-skip 1 --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats \
-  "$FA_GPU_BUILD/bench/flashattn_bench" "${bench_args[@]}" >"$logdir/ncu.txt" 2>&1 || true
-tail -n 200 "$logdir/ncu.txt"
+  --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats --section SourceCounters \
+  "$FA_GPU_BUILD/bench/flashattn_bench" "${bench_args[@]}" >"$logdir/${FA_NCU_OUT:-ncu.txt}" 2>&1 || true
+tail -n 200 "$logdir/${FA_NCU_OUT:-ncu.txt}"
