@@ -6,7 +6,7 @@ The C++ API returns a Status (code, argument, message); the extension hands it o
 * ``ArgumentError`` (a ``ValueError``) for a call that breaks a rule of the API,
 * ``DTypeError`` (``TypeError`` and ``ArgumentError``) when the rule broken is about a dtype,
 * ``UnsupportedError`` (``ValueError`` and ``NotImplementedError``) for a valid call the chosen
-  backend cannot run (today: any CUDA tensor, until the GPU kernels land),
+  backend cannot run (e.g. float32 on the CUDA kernels, a paged KV cache in the varlen functions),
 * ``CudaError`` / ``RuntimeError`` for CUDA runtime failures and internal errors.
 
 Each carries ``.argument`` (the offending argument's name, "" when none applies) and ``.code``.
