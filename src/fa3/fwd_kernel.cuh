@@ -27,12 +27,16 @@
 #include "common/mask.h"
 #include "common/problem.h"
 #include "common/score.h"
+#include "fa3/fwd_softmax.cuh"
 
 namespace flashattn::fa3 {
 
-template <typename Element_, int kHeadDim_, int kBlockN_, int kStages_>
+template <typename Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kGeneralScore_>
 struct FwdConfig {
   using Element = Element_;
+  // Softcap or ALiBi present: the logit stage runs per element (fwd_softmax.cuh); else the scale
+  // is folded into exp2 and full tiles run straight-line code.
+  static constexpr bool kGeneralScore = kGeneralScore_;
   static constexpr int kHeadDim = kHeadDim_;  // 64 or 128 (q, k and v)
   static constexpr int kBlockM = 128;         // two consumer warpgroups of 64 rows
   static constexpr int kBlockN = kBlockN_;
@@ -110,28 +114,22 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   // -------------------------------------------------------------------------------- consumers
   sm90::warpgroup_registers_increase<240>();
   const int consumer = warpgroup - 1;          // rows consumer * 64 .. + 63 of the block
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32, group = lane / 4, quad = lane % 4;
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int warp_row0 = row0 + consumer * 64 + warp * 16;  // this thread's rows: + group, + group + 8
+  const AccumulatorCoords at{warp_row0 + lane / 4, lane % 4};
 
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDim / 2;
   float o[kORegs];
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  const ScoreParams score = p.score;
-  const bool softcap = score.softcap > 0.f;
-  const float log2e = 1.4426950408889634f;
+  float s[kSRegs];
+  uint32_t p_frag[kBlockN / 16][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
+  const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
 
-  sm90::mbarrier_wait(q_full, 0);
-  sm90::PipelineState<kStages> state;
-  for (int tile = tile_begin; tile < tile_end; ++tile, state.advance()) {
-    pipeline->consumer_wait(state);
-    const Element* k_stage = smem_k + state.stage * (Config::kKVBytes / 2);
-    const Element* v_stage = smem_v + state.stage * (Config::kKVBytes / 2);
-    const int key0 = tile * kBlockN;
-
-    // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
-    float s[kSRegs];
+  // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
+  auto issue_qk = [&](int stage) {
+    const Element* k_stage = smem_k + stage * (Config::kKVBytes / 2);
     sm90::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kHeadDim / 16; ++j) {
@@ -141,64 +139,66 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
                                                     j > 0);
     }
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(s);
-
-    // Logits and mask. Accumulator 4i + e: row group + 8 (e / 2), key 8i + 2 quad + e % 2.
-    const bool full_tile = tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk);
-    const float slope = p.alibi_slope(b, h);
-#pragma unroll
-    for (int i = 0; i < kSRegs; ++i) {
-      const int row = warp_row0 + group + 8 * ((i % 4) / 2);
-      const int key = key0 + 8 * (i / 4) + 2 * quad + (i % 2);
-      float x = softcap ? score_to_logit(score, s[i]) : s[i] * score.scale;
-      if (slope != 0.f) x += alibi_bias(slope, row, key, sq, sk);
-      if (!full_tile && !key_visible(p.mask, row, key, sq, sk)) x = -INFINITY;
-      s[i] = x;
-    }
-
-    // Online softmax on the two rows this thread holds (a quad shares each row).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i)
-        if ((i % 4) / 2 == r) tile_max = fmaxf(tile_max, s[i]);
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float new_max = fmaxf(row_max[r], tile_max);
-      const float max_scaled = new_max == -INFINITY ? 0.f : new_max * log2e;
-      const float rescale = sm80::fast_exp2(row_max[r] * log2e - max_scaled);
-      row_max[r] = new_max;
-      row_sum[r] *= rescale;
-#pragma unroll
-      for (int i = 0; i < kORegs; ++i)
-        if ((i % 4) / 2 == r) o[i] *= rescale;
-#pragma unroll
-      for (int i = 0; i < kSRegs; ++i)
-        if ((i % 4) / 2 == r) {
-          s[i] = sm80::fast_exp2(s[i] * log2e - max_scaled);
-          row_sum[r] += s[i];
-        }
-    }
-
-    // O += P V: P's k16 step kk is accumulators 8kk .. 8kk + 7; V's step kk starts at key row 16kk
-    // (2048 bytes into each column block), column blocks kBlockN * 128 bytes apart.
-    // P is packed before the first wgmma: registers written between async wgmmas would make the
-    // compiler insert extra warpgroup fences.
-    uint32_t p_frag[kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p_frag[kk][e] = sm80::pack2<Element>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+  };
+  // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
+  // blocks kBlockN * 128 bytes apart (MN-major).
+  auto issue_pv = [&](int stage) {
+    const Element* v_stage = smem_v + stage * (Config::kKVBytes / 2);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor(v_stage + 16 * kk * 64, kBlockN * 128), 1);
     sm90::wgmma_commit();
+  };
+  // Logits, mask (only tiles that need one), online softmax: s becomes the tile's P.
+  // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
+  // the compiler predicates the per-element compares into every tile.
+  auto process_scores = [&](int tile) {
+    const int key0 = tile * kBlockN;
+    scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
+    if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
+      softmax_update(s, row_max, row_sum, scale_log2, rescale);
+    } else {
+      mask_scores(s, p.mask, at, key0, sq, sk);
+      softmax_update(s, row_max, row_sum, scale_log2, rescale);
+    }
+    // Pins the softmax before the wait that follows: otherwise it may be scheduled after it, and
+    // would no longer overlap the P V wgmmas.
+    sm90::fence_accumulators(s);
+  };
+
+  sm90::mbarrier_wait(q_full, 0);
+  if (tile_begin < tile_end) {
+    // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
+    // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
+    sm90::PipelineState<kStages> state;
+    pipeline->consumer_wait(state);
+    issue_qk(state.stage);
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(s);
+    process_scores(tile_begin);  // O is still 0: its rescale is moot
+    pack_p<Element>(p_frag, s);
+    sm90::PipelineState<kStages> prev = state;
+    state.advance();
+    for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
+      pipeline->consumer_wait(state);
+      issue_qk(state.stage);
+      issue_pv(prev.stage);
+      sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
+      sm90::fence_accumulators(s);
+      process_scores(tile);
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(o);
+      pipeline->consumer_release(prev);
+      rescale_rows(o, rescale);
+      pack_p<Element>(p_frag, s);
+      prev = state;
+      state.advance();
+    }
+    issue_pv(prev.stage);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(o);
-    pipeline->consumer_release(state);
+    pipeline->consumer_release(prev);
   }
 
   // Epilogue: normalise, write O (two elements per store) and the LSE.
@@ -210,16 +210,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const bool empty = row_max[r] == -INFINITY || sum == 0.f;
     const float inv = empty ? 0.f : 1.f / sum;
-    const int row = warp_row0 + group + 8 * r;
+    const int row = at.row0 + 8 * r;
     if (row >= sq) continue;
     Element* out_row = out + p.out.offset(b, row, h);
 #pragma unroll
     for (int i = 0; i < kORegs; i += 4) {
-      const int col = 8 * (i / 4) + 2 * quad;
+      const int col = 8 * (i / 4) + 2 * at.quad;
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
     }
-    if (quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] + logf(sum);
+    // The running max is in the score units of the softmax (see fwd_softmax.cuh): scale_log2 / log2(e)
+    // converts it to a natural-log logit.
+    if (at.quad == 0 && p.lse.defined())
+      p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] * (scale_log2 / kLog2e) + logf(sum);
   }
 #endif
 }

@@ -59,10 +59,16 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
+template <typename Element, bool kGeneralScore>
+Status dispatch_dim(const AttnProblem& p, cudaStream_t stream) {
+  if (p.head_dim == 64) return launch<FwdConfig<Element, 64, 128, 2, kGeneralScore>>(p, stream);
+  return launch<FwdConfig<Element, 128, 128, 2, kGeneralScore>>(p, stream);
+}
+
 template <typename Element>
 Status dispatch(const AttnProblem& p, cudaStream_t stream) {
-  if (p.head_dim == 64) return launch<FwdConfig<Element, 64, 128, 2>>(p, stream);
-  return launch<FwdConfig<Element, 128, 128, 2>>(p, stream);
+  if (p.score.softcap > 0.f || p.alibi_slopes != nullptr) return dispatch_dim<Element, true>(p, stream);
+  return dispatch_dim<Element, false>(p, stream);
 }
 
 }  // namespace

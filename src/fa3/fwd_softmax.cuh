@@ -1,0 +1,110 @@
+// Score processing of the FA3 forward on a wgmma m64nN accumulator: logits, mask, online softmax.
+// Accumulator register 4i + e of a thread holds row `group + 8 (e / 2)` of its warp's 16 rows and
+// key `8i + 2 quad + e % 2` of the tile (group = lane / 4, quad = lane % 4); a quad shares each row.
+//
+// Units: the running max is kept in the units the scores are in after the logit stage. Plain scores
+// (no softcap, no ALiBi) stay raw and the softmax scale is folded into the exp2 argument, one FFMA
+// per element: p = exp2(s * scale_log2 - max * scale_log2). With softcap or ALiBi the logit stage
+// produces natural-log logits and scale_log2 = log2(e).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "arch/sm80/math.cuh"
+#include "common/mask.h"
+#include "common/problem.h"
+#include "common/score.h"
+
+namespace flashattn::fa3 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Position of this thread's accumulator elements within the tile.
+struct AccumulatorCoords {
+  int row0;  // absolute query row of accumulator elements with e / 2 == 0 (the other row is + 8)
+  int quad;
+};
+
+// Softcap and ALiBi (kGeneralScore): scores become natural-log logits. Compile-time, so the plain
+// path has no per-element branch.
+template <bool kGeneralScore, int kRegs>
+__device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnProblem& p, AccumulatorCoords at, int key0,
+                                                 int64_t b, int64_t h, int sq, int sk) {
+  if constexpr (kGeneralScore) {
+    const ScoreParams score = p.score;
+    const float slope = p.alibi_slope(b, h);
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) {
+      const int row = at.row0 + 8 * ((i % 4) / 2);
+      const int key = key0 + 8 * (i / 4) + 2 * at.quad + (i % 2);
+      float x = score_to_logit(score, s[i]);
+      if (slope != 0.f) x += alibi_bias(slope, row, key, sq, sk);
+      s[i] = x;
+    }
+  }
+}
+
+// Sets scores of invisible (row, key) pairs to -inf. Called only for tiles that need a mask; the
+// visible keys of a row are one interval (common/mask.h), found once per row.
+template <int kRegs>
+__device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, AccumulatorCoords at, int key0, int sq, int sk) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = at.row0 + 8 * r;
+    const KeyRange keys = visible_keys(m, row, row + 1, sq, sk);
+    const int begin = int(keys.begin) - key0, end = int(keys.end) - key0;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      if ((i % 4) / 2 == r) {
+        const int key = 8 * (i / 4) + 2 * at.quad + (i % 2);
+        if (key < begin || key >= end) s[i] = -INFINITY;
+      }
+  }
+}
+
+// Online softmax update for one tile: new running max per row, the factor that rescales the
+// running sum and O, and s replaced by exp2(s * scale_log2 - max * scale_log2) (unnormalised P).
+template <int kRegs>
+__device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
+                                               float (&rescale)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      if ((i % 4) / 2 == r) tile_max = fmaxf(tile_max, s[i]);
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float new_max = fmaxf(row_max[r], tile_max);
+    // A row with nothing visible yet keeps max -inf; subtracting 0 keeps its exponentials at 0.
+    const float max_scaled = new_max == -INFINITY ? 0.f : new_max * scale_log2;
+    rescale[r] = sm80::fast_exp2(row_max[r] * scale_log2 - max_scaled);
+    row_max[r] = new_max;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i)
+      if ((i % 4) / 2 == r) {
+        s[i] = sm80::fast_exp2(fmaf(s[i], scale_log2, -max_scaled));
+        sum += s[i];
+      }
+    row_sum[r] = row_sum[r] * rescale[r] + sum;
+  }
+}
+
+template <int kRegs>
+__device__ __forceinline__ void rescale_rows(float (&o)[kRegs], const float (&rescale)[2]) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) o[i] *= rescale[(i % 4) / 2];
+}
+
+// P as the register A operand of the next wgmma: k16 step kk is accumulators 8kk .. 8kk + 7.
+template <typename Element, int kRegs>
+__device__ __forceinline__ void pack_p(uint32_t (&frag)[kRegs / 8][4], const float (&s)[kRegs]) {
+#pragma unroll
+  for (int kk = 0; kk < kRegs / 8; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) frag[kk][e] = sm80::pack2<Element>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+}
+
+}  // namespace flashattn::fa3
