@@ -27,11 +27,16 @@
 
 namespace flashattn::fa2 {
 
-template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_>
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_,
+          bool kGeneralScore_ = true>
 struct FwdConfig {
   using Element = Element_;
   // Dropout is a template flag: its Philox state would otherwise take registers from every call.
   static constexpr bool kDropout = kDropout_;
+  // false: the plain score path, for softcap == 0, no ALiBi and scale > 0 (the launcher checks):
+  // the running max is kept on raw scores q.k and the scale is folded into the exponent (one FFMA
+  // per element). true: softcap and ALiBi are applied (each behind a uniform runtime check).
+  static constexpr bool kGeneralScore = kGeneralScore_;
   static constexpr int kHeadDim = kHeadDim_;  // padded head dim (q/k and v), multiple of 32
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -101,6 +106,10 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   const float slope = p.alibi_slope(b, h);
   const float log2e = 1.4426950408889634f;
   const bool softcap = score.softcap > 0.f;
+  // s holds logits (general path) or raw scores (plain path, scale > 0): the exponent of P is
+  // (s - row_max) * exp_scale, and the LSE in natural-log units is row_max * lse_scale + log(sum).
+  const float exp_scale = Config::kGeneralScore ? log2e : score.scale * log2e;
+  const float lse_scale = Config::kGeneralScore ? 1.f : score.scale;
   const uint32_t dropout_threshold_bits = dropout_threshold(p.dropout_p);
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
 
@@ -159,34 +168,37 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       }
     }
 
-    // Logits. Each feature is one uniform branch around a branch-free loop; the mask runs only on
-    // tiles that cross a row's visible range.
-    if (softcap) {
+    // Logits. Plain path: nothing here (the scale is folded into the exponent below). General
+    // path: each feature is one uniform branch around a branch-free loop.
+    if constexpr (Config::kGeneralScore) {
+      if (softcap) {
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
+        for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-        for (int t = 0; t < kNTilesS; ++t)
+          for (int t = 0; t < kNTilesS; ++t)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][t][e] = score_to_logit(score, s[m][t][e]);
-    } else {
+            for (int e = 0; e < 4; ++e) s[m][t][e] = score_to_logit(score, s[m][t][e]);
+      } else {
 #pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
+        for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-        for (int t = 0; t < kNTilesS; ++t)
+          for (int t = 0; t < kNTilesS; ++t)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][t][e] *= score.scale;
+            for (int e = 0; e < 4; ++e) s[m][t][e] *= score.scale;
+      }
+      if (slope != 0.f) {
+#pragma unroll
+        for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+          for (int t = 0; t < kNTilesS; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int dist = diag0 + m * 16 + (e / 2) * 8 - (key0 + t * 8 + quad * 2 + (e % 2));
+              s[m][t][e] -= slope * float(abs(dist));
+            }
+      }
     }
-    if (slope != 0.f) {
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m)
-#pragma unroll
-        for (int t = 0; t < kNTilesS; ++t)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int dist = diag0 + m * 16 + (e / 2) * 8 - (key0 + t * 8 + quad * 2 + (e % 2));
-            s[m][t][e] -= slope * float(abs(dist));
-          }
-    }
+    // The mask runs only on tiles that cross a row's visible range (a warp-uniform test).
     if (!tile_fully_visible(p.mask, warp_row0, warp_row0 + 16 * kMTiles, key0, key0 + kBlockN, sq, sk)) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -214,9 +226,9 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float new_max = fmaxf(row_max[r], tile_max);
       // A row with nothing visible yet keeps max -inf; use 0 in the exponent to avoid inf - inf.
-      const float max_scaled = new_max == -INFINITY ? 0.f : new_max * log2e;
+      const float max_scaled = new_max == -INFINITY ? 0.f : new_max * exp_scale;
       if (new_max != row_max[r]) {
-        const float rescale = sm80::fast_exp2(row_max[r] * log2e - max_scaled);
+        const float rescale = sm80::fast_exp2(row_max[r] * exp_scale - max_scaled);
         row_sum[r] *= rescale;
 #pragma unroll
         for (int t = 0; t < kNTilesO; ++t) {
@@ -229,7 +241,7 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       for (int t = 0; t < kNTilesS; ++t)
 #pragma unroll
         for (int e = e0; e < e0 + 2; ++e) {
-          const float pe = sm80::fast_exp2(s[m][t][e] * log2e - max_scaled);
+          const float pe = sm80::fast_exp2(fmaf(s[m][t][e], exp_scale, -max_scaled));
           row_sum[r] += pe;
           s[m][t][e] = pe;
         }
@@ -293,7 +305,7 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const bool empty = row_max[r] == -INFINITY || sum == 0.f;
     const float inv = empty ? 0.f : 1.f / sum;
-    const float lse = empty ? -INFINITY : row_max[r] + logf(sum);
+    const float lse = empty ? -INFINITY : row_max[r] * lse_scale + logf(sum);
     const int row = warp_row0 + m * 16 + group + (r % 2) * 8;
     if (row >= sq) continue;
     if (to_partials) {

@@ -87,33 +87,42 @@ int tile_variant() {
   return variant;
 }
 
-template <typename Element, bool kDropout>
-Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
-  if constexpr (!kDropout) {
-    const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-    const int variant = tile_variant();
-    if (variant == 1) {
-      if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false>>(p, stream);
-      if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 64, 8, false>>(p, stream);
-      return launch<FwdConfig<Element, 256, 128, 32, 8, false>>(p, stream);
-    }
-    if (variant == 2) {
-      if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false>>(p, stream);
-      if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false>>(p, stream);
-      return launch<FwdConfig<Element, 256, 64, 64, 4, false>>(p, stream);
-    }
-  }
-  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. The dropout
-  // variants take smaller tiles where the Philox state would otherwise spill.
-  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout>>(p, stream);
-  if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout>>(p, stream);
-  return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout>>(p, stream);
+// The plain score path (FwdConfig::kGeneralScore = false) serves softcap == 0, no ALiBi and a
+// positive scale (its running max is on raw scores); everything else takes the general path.
+bool general_score(const AttnProblem& p) {
+  return p.score.softcap > 0.f || p.alibi_slopes != nullptr || !(p.score.scale > 0.f);
 }
 
+template <typename Element, bool kDropout, bool kGeneral>
+Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
+  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  if constexpr (!kDropout && !kGeneral) {
+    const int variant = tile_variant();
+    if (variant == 1) {
+      if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false, false>>(p, stream);
+      if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 64, 8, false, false>>(p, stream);
+      return launch<FwdConfig<Element, 256, 128, 32, 8, false, false>>(p, stream);
+    }
+    if (variant == 2) {
+      if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false, false>>(p, stream);
+      if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
+      return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
+    }
+  }
+  // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. The dropout
+  // variants take smaller tiles where the Philox state would otherwise spill.
+  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
+  return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout, kGeneral>>(p, stream);
+}
+
+// Instantiations: plain and general without dropout (the tile variants plain only), general only
+// with dropout (its Philox rounds dominate the score math), which keeps the compile time down.
 template <typename Element>
 Status dispatch_dropout(const AttnProblem& p, cudaStream_t stream) {
-  return p.dropout_p > 0.f ? dispatch_head_dim<Element, true>(p, stream) : dispatch_head_dim<Element, false>(p, stream);
+  if (p.dropout_p > 0.f) return dispatch_head_dim<Element, true, true>(p, stream);
+  return general_score(p) ? dispatch_head_dim<Element, false, true>(p, stream)
+                          : dispatch_head_dim<Element, false, false>(p, stream);
 }
 
 }  // namespace
