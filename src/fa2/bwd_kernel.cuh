@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "arch/sm80/cp_async.cuh"
 #include "arch/sm80/ldmatrix.cuh"
@@ -52,10 +53,14 @@ struct BwdArgs {
   bool deterministic = false;
 };
 
-template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, bool kDropout_>
+template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, bool kDropout_,
+          bool kGeneralScore_ = true>
 struct BwdConfig {
   using Element = Element_;
   static constexpr bool kDropout = kDropout_;  // a template flag: Philox state costs registers
+  // false: the plain score path, for softcap == 0 and no ALiBi (the launcher checks): the exponent
+  // of P is one FFMA per element. true: softcap and ALiBi are applied.
+  static constexpr bool kGeneralScore = kGeneralScore_;
   static constexpr int kHeadDim = kHeadDim_;   // padded head dim (q/k and v), multiple of 32
   static constexpr int kBlockM = kBlockM_;     // query rows per step
   static constexpr int kBlockN = kBlockN_;     // keys per CTA
@@ -86,12 +91,20 @@ struct BwdConfig {
   static constexpr int kWarpsDqCols = kWarps / kWarpsDqRows;
   static constexpr int kColTilesDq = kHeadDim / kWarpsDqCols / 8;
   static constexpr int kDqChunkTiles = kColTilesDq < 4 ? kColTilesDq : 4;
+  // dQ leaves the MMA accumulators through a per-warp fp32 staging tile of 16 rows x 16 columns
+  // (two n8 tiles), read back row-major so that the adds to dq_accum are coalesced. Without
+  // kPInSmem it lives in the current Q stage (no longer read once dS^T is complete); with
+  // kPInSmem (whose dK/dV loop still reads Q after that barrier) in its own area.
+  static constexpr int kDqStageFloats = 16 * 16;
 
   static constexpr int kSmemKV = kBlockN * kRowStride;  // elements, each of K and V
   static constexpr int kSmemRows = kBlockM * kRowStride;  // elements, per stage of Q and of dO
   static constexpr int kSmemT = kBlockN * kTStride;       // elements, each of P^T and dS^T
   static constexpr int kSmemElements = 2 * kSmemKV + 2 * kStages * kSmemRows + (kPInSmem ? 2 : 1) * kSmemT;
-  static constexpr int kSmemBytes = int(sizeof(Element)) * kSmemElements + 2 * kStages * kBlockM * int(sizeof(float));
+  static constexpr int kSmemBytes = int(sizeof(Element)) * kSmemElements + 2 * kStages * kBlockM * int(sizeof(float)) +
+                                    (kPInSmem ? kWarps * kDqStageFloats * int(sizeof(float)) : 0);
+  static_assert(kPInSmem || kSmemRows * int(sizeof(Element)) >= kWarps * kDqStageFloats * int(sizeof(float)),
+                "the dQ staging tiles fit in one Q stage");
 
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % 16 == 0, "tile shape");
   static_assert(kWarps % kWarpsKeys == 0 && kWarps % kWarpsDqRows == 0, "warp layout");
@@ -127,6 +140,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   Element* smem_pt = smem_dst + Config::kSmemT;                // P_drop^T (kPInSmem only)
   float* smem_lse = reinterpret_cast<float*>(smem_raw + int(sizeof(Element)) * Config::kSmemElements);  // [stage][kBlockM]
   float* smem_delta = smem_lse + kStages * kBlockM;
+  float* smem_dq_own = smem_delta + kStages * kBlockM;  // dQ staging (kPInSmem only)
 
   const BwdProblem& bp = args.problem;
   const AttnProblem& p = bp.fwd;
@@ -287,53 +301,69 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       }
 
       // P, dropout, dS. Element (t, e) is key my_key[e / 2] and tile row pass_row0 + t*8 + 2*quad + e%2.
-      // Afterwards st holds P_drop and dpt holds dS = P * (dP_drop - D) * dlogit/ds.
+      // Afterwards st holds P_drop and dpt holds dS = P * (dP_drop - D) * dlogit/ds. The plain path
+      // has two copies, the per-element mask only in the one for tiles that need it (a CTA-uniform
+      // branch); the general path one copy with the mask behind a runtime test (registers).
+      const auto p_and_ds = [&](auto masked, bool mask_runtime) {
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int t = 0; t < kRowTiles; ++t) {
-        const int row_in_tile = pass_row0 + t * 8 + 2 * quad;
-        const float2 lse2 = *reinterpret_cast<const float2*>(lse_tile + row_in_tile);
-        const float2 delta2 = *reinterpret_cast<const float2*>(delta_tile + row_in_tile);
+        for (int t = 0; t < kRowTiles; ++t) {
+          const int row_in_tile = pass_row0 + t * 8 + 2 * quad;
+          const float2 lse2 = *reinterpret_cast<const float2*>(lse_tile + row_in_tile);
+          const float2 delta2 = *reinterpret_cast<const float2*>(delta_tile + row_in_tile);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + row_in_tile + (e % 2);
-          const int key = my_key[e / 2];
-          const float row_lse = (e % 2) ? lse2.y : lse2.x;
-          const float row_delta = (e % 2) ? delta2.y : delta2.x;
-          const float s = st[t][e];
-          float grad = score.scale;
-          float exponent;
-          if (softcap || slope != 0.f) {
-            float logit = s * score.scale;
-            if (softcap) {
-              logit = score_to_logit(score, s);
-              grad = logit_grad_factor(score, logit);
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + row_in_tile + (e % 2);
+            const int key = my_key[e / 2];
+            const float row_lse = (e % 2) ? lse2.y : lse2.x;
+            const float row_delta = (e % 2) ? delta2.y : delta2.x;
+            const float s = st[t][e];
+            float grad = score.scale;
+            float exponent;
+            if constexpr (Config::kGeneralScore) {
+              float logit = s * score.scale;
+              if (softcap) {
+                logit = score_to_logit(score, s);
+                grad = logit_grad_factor(score, logit);
+              }
+              if (slope != 0.f) {
+                const int dist = row + shift - key;
+                logit -= slope * float(dist < 0 ? -dist : dist);
+              }
+              exponent = logit * log2e - row_lse;
+            } else {
+              exponent = s * scale_log2 - row_lse;
             }
-            if (slope != 0.f) {
-              const int dist = row + shift - key;
-              logit -= slope * float(dist < 0 ? -dist : dist);
+            if (kMasked || mask_runtime) {
+              const int diag = row + shift;
+              // Plain path: bitwise, not short-circuit (selects instead of branches); the general
+              // path keeps the short-circuit form, whose branches cost it fewer registers.
+              const bool visible =
+                  kMasked ? (key < sk) & ((p.mask.window_right < 0) | (key <= diag + p.mask.window_right)) &
+                                ((p.mask.window_left < 0) | (key >= diag - p.mask.window_left))
+                          : key < sk && (p.mask.window_right < 0 || key <= diag + p.mask.window_right) &&
+                                (p.mask.window_left < 0 || key >= diag - p.mask.window_left);
+              if (!visible) exponent = -INFINITY;
             }
-            exponent = logit * log2e - row_lse;
-          } else {
-            exponent = s * scale_log2 - row_lse;
+            const float prob = sm80::fast_exp2(exponent);
+            float dp = dpt[t][e];
+            float prob_drop = prob;
+            if constexpr (Config::kDropout) {
+              const bool keep = (keep_bits >> (4 * t + e)) & 1u;
+              prob_drop = keep ? prob * keep_scale : 0.f;
+              dp = keep ? dp * keep_scale : 0.f;
+            }
+            st[t][e] = prob_drop;
+            dpt[t][e] = prob * (dp - row_delta) * grad;
           }
-          if (mask_tile) {
-            const int diag = row + shift;
-            const bool visible = key < sk && (p.mask.window_right < 0 || key <= diag + p.mask.window_right) &&
-                                 (p.mask.window_left < 0 || key >= diag - p.mask.window_left);
-            if (!visible) exponent = -INFINITY;
-          }
-          const float prob = sm80::fast_exp2(exponent);
-          float dp = dpt[t][e];
-          float prob_drop = prob;
-          if constexpr (Config::kDropout) {
-            const bool keep = (keep_bits >> (4 * t + e)) & 1u;
-            prob_drop = keep ? prob * keep_scale : 0.f;
-            dp = keep ? dp * keep_scale : 0.f;
-          }
-          st[t][e] = prob_drop;
-          dpt[t][e] = prob * (dp - row_delta) * grad;
         }
-      }
+      };
+      if constexpr (Config::kGeneralScore)
+        p_and_ds(std::false_type{}, mask_tile);
+      else if (mask_tile)
+        p_and_ds(std::true_type{}, false);
+      else
+        p_and_ds(std::false_type{}, false);
 
       // dS^T (and P_drop^T) to shared memory, one key per row: packed pairs of consecutive rows.
 #pragma unroll
@@ -379,6 +409,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     const int dq_row_local = (warp % Config::kWarpsDqRows) * 16;
     const int dq_col0 = (warp / Config::kWarpsDqRows) * Config::kColTilesDq * 8;
     const int64_t ws_rows = (b * p.heads_q + h) * args.rows_padded;
+    float* const dq_stage = (Config::kPInSmem ? smem_dq_own : reinterpret_cast<float*>(smem_q + stage * Config::kSmemRows)) +
+                            warp * Config::kDqStageFloats;
     int* counter = nullptr;
     if (args.deterministic) {
       // Key blocks add to a row block in ascending order: wait for those before this one. The
@@ -411,22 +443,50 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
           sm80::mma_m16n8k16<Element>(dq[t + 1], a, bk[2], bk[3]);
         }
       }
+      // Through the staging tile, two n8 tiles at a time: thread (group, quad) stores its float2s
+      // at (row, col) = (group + 8 * half, 8 * j + 2 * quad); the column is XORed with 8 on rows
+      // with bit 1 set, which keeps the stores and the row-major reads free of bank conflicts.
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = row0 + dq_row_local + group + half * 8;
-        if (row >= sq) continue;
-        float* dst = args.dq_accum + (ws_rows + row) * args.dq_cols + col_base + 2 * quad;
+      for (int t = 0; t < kTiles; t += 2) {
+        if (col_base + t * 8 >= p.head_dim) break;  // (a pair's second tile may be padding: + 0)
+        __syncwarp();  // the previous pair's reads of the staging tile are done
 #pragma unroll
-        for (int t = 0; t < kTiles; ++t) {
-          if (col_base + t * 8 >= p.head_dim) break;
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = group + 8 * half;
+            *reinterpret_cast<float2*>(dq_stage + r * 16 + ((8 * j + 2 * quad) ^ (r & 2) * 4)) =
+                make_float2(dq[t + j][2 * half], dq[t + j][2 * half + 1]);
+          }
+        __syncwarp();
+        float* const dst_tile = args.dq_accum + (ws_rows + row0 + dq_row_local) * args.dq_cols + col_base + t * 8;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+        if (!args.deterministic) {
+          // sm80: scalar adds, lanes on consecutive columns (two 64-byte row segments per add).
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const int r = 2 * i + lane / 16, c = lane % 16;
+            if (row0 + dq_row_local + r < sq)
+              atomicAdd(dst_tile + r * args.dq_cols + c, dq_stage[r * 16 + (c ^ (r & 2) * 4)]);
+          }
+          continue;
+        }
+#endif
+        // Four consecutive columns per lane: 8 rows x 64 bytes per instruction.
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = lane / 4 + 8 * i, c = (lane % 4) * 4;
+          if (row0 + dq_row_local + r >= sq) continue;
+          const float4 v = *reinterpret_cast<const float4*>(dq_stage + r * 16 + (c ^ (r & 2) * 4));
+          float4* const dst = reinterpret_cast<float4*>(dst_tile + r * args.dq_cols + c);
           if (args.deterministic) {
             // This CTA is the only writer now; read around L1, which may hold an older copy.
-            const float2 old = __ldcg(reinterpret_cast<const float2*>(dst + t * 8));
-            __stcg(reinterpret_cast<float2*>(dst + t * 8),
-                   make_float2(old.x + dq[t][2 * half], old.y + dq[t][2 * half + 1]));
+            const float4 old = __ldcg(dst);
+            __stcg(dst, make_float4(old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w));
           } else {
-            atomicAdd(dst + t * 8, dq[t][2 * half]);
-            atomicAdd(dst + t * 8 + 1, dq[t][2 * half + 1]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            atomicAdd(dst, v);  // sm90: one vector reduction
+#endif
           }
         }
       }

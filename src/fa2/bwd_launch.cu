@@ -18,13 +18,23 @@ FLASHATTN_FA2_BWD_DECLARE(__nv_bfloat16, 256)
 
 namespace {
 
-template <typename Element, bool kDropout>
+template <typename Element, bool kDropout, bool kGeneral>
 Status launch_main_for_head_dim(const BwdArgs& args, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  if (dim <= 64) return launch_bwd_main<Element, 64, kDropout>(args, stream);
-  if (dim <= 128) return launch_bwd_main<Element, 128, kDropout>(args, stream);
-  return launch_bwd_main<Element, 256, kDropout>(args, stream);
+  if (dim <= 64) return launch_bwd_main<Element, 64, kDropout, kGeneral>(args, stream);
+  if (dim <= 128) return launch_bwd_main<Element, 128, kDropout, kGeneral>(args, stream);
+  return launch_bwd_main<Element, 256, kDropout, kGeneral>(args, stream);
+}
+
+// The main kernel's instantiations: dropout (general score path), else the plain score path
+// unless softcap or ALiBi is on.
+template <typename Element>
+Status launch_main(const BwdArgs& args, cudaStream_t stream) {
+  const AttnProblem& p = args.problem.fwd;
+  if (p.dropout_p > 0.f) return launch_main_for_head_dim<Element, true, true>(args, stream);
+  if (p.score.softcap > 0.f || p.alibi_slopes != nullptr) return launch_main_for_head_dim<Element, false, true>(args, stream);
+  return launch_main_for_head_dim<Element, false, false>(args, stream);
 }
 
 template <typename Element>
@@ -36,8 +46,7 @@ Status run_kernels(const BwdArgs& args, cudaStream_t stream) {
          stream>>>(args);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return bwd_cuda_error("preprocess kernel launch", err);
-  const Status st = p.dropout_p > 0.f ? launch_main_for_head_dim<Element, true>(args, stream)
-                                      : launch_main_for_head_dim<Element, false>(args, stream);
+  const Status st = launch_main<Element>(args, stream);
   if (!st.ok()) return st;
   bwd_convert_dq_kernel<Element>
       <<<dim3(unsigned(args.rows_padded / kBwdConvertRowsPerCta), heads, batch), 256, 0, stream>>>(args);

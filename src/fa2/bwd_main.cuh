@@ -1,4 +1,4 @@
-// Launching the FA2 backward's main kernel for one (dtype, padded head dim, dropout): the tile
+// Launching the FA2 backward's main kernel for one (dtype, padded head dim, dropout, score path): the tile
 // choice and the shared-memory check. Instantiated in bwd_hdim{64,128,256}.cu, so the head dims
 // compile in parallel.
 #pragma once
@@ -15,8 +15,8 @@ namespace flashattn::fa2 {
 // (kBlockM, kBlockN, warps) per padded head dim. d <= 128: 64 x 128 tiles, 8 warps of 16 keys
 // that each hold all 64 rows of their S^T (P and dS feed dK/dV from registers); d256: 64 x 64,
 // pairs of warps share 16 keys (half the rows of S^T, half the columns of dK/dV each).
-template <typename Element, int kHeadDim, bool kDropout, int kStages>
-using BwdConfigFor = BwdConfig<Element, kHeadDim, 64, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout>;
+template <typename Element, int kHeadDim, bool kDropout, int kStages, bool kGeneral>
+using BwdConfigFor = BwdConfig<Element, kHeadDim, 64, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout, kGeneral>;
 
 inline Status bwd_cuda_error(const char* what, cudaError_t err) {
   return Status::error(ErrorCode::CudaError, "", std::string("fa2 bwd: ") + what + ": " + cudaGetErrorString(err));
@@ -39,16 +39,16 @@ Status launch_bwd_main_config(const BwdArgs& args, cudaStream_t stream) {
 
 // Picks two stages (Q/dO prefetch) when they fit in the GPU's shared memory, else one (d256 on
 // GPUs with less than ~220 KB per block).
-template <typename Element, int kHeadDim, bool kDropout>
+template <typename Element, int kHeadDim, bool kDropout, bool kGeneral>
 Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return bwd_cuda_error("reading the device", err);
-  using TwoStages = BwdConfigFor<Element, kHeadDim, kDropout, 2>;
+  using TwoStages = BwdConfigFor<Element, kHeadDim, kDropout, 2, kGeneral>;
   if (TwoStages::kSmemBytes <= smem_optin) return launch_bwd_main_config<TwoStages>(args, stream);
   if constexpr (kHeadDim == 256) {
-    using OneStage = BwdConfigFor<Element, kHeadDim, kDropout, 1>;
+    using OneStage = BwdConfigFor<Element, kHeadDim, kDropout, 1, kGeneral>;
     if (OneStage::kSmemBytes <= smem_optin) return launch_bwd_main_config<OneStage>(args, stream);
   }
   return Status::error(ErrorCode::Unsupported, "q",
@@ -57,11 +57,15 @@ Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
                            std::to_string(smem_optin) + ")");
 }
 
-#define FLASHATTN_FA2_BWD_DECLARE(Element, kHeadDim)                                                  \
-  extern template Status launch_bwd_main<Element, kHeadDim, false>(const BwdArgs&, cudaStream_t); \
-  extern template Status launch_bwd_main<Element, kHeadDim, true>(const BwdArgs&, cudaStream_t);
-#define FLASHATTN_FA2_BWD_INSTANTIATE(Element, kHeadDim)                                       \
-  template Status launch_bwd_main<Element, kHeadDim, false>(const BwdArgs&, cudaStream_t); \
-  template Status launch_bwd_main<Element, kHeadDim, true>(const BwdArgs&, cudaStream_t);
+// (dropout, general score): the plain score path without dropout, the general one with and
+// without (dropout takes the general path only, which keeps the instantiations down).
+#define FLASHATTN_FA2_BWD_DECLARE(Element, kHeadDim)                                                     \
+  extern template Status launch_bwd_main<Element, kHeadDim, false, false>(const BwdArgs&, cudaStream_t); \
+  extern template Status launch_bwd_main<Element, kHeadDim, false, true>(const BwdArgs&, cudaStream_t);  \
+  extern template Status launch_bwd_main<Element, kHeadDim, true, true>(const BwdArgs&, cudaStream_t);
+#define FLASHATTN_FA2_BWD_INSTANTIATE(Element, kHeadDim)                                          \
+  template Status launch_bwd_main<Element, kHeadDim, false, false>(const BwdArgs&, cudaStream_t); \
+  template Status launch_bwd_main<Element, kHeadDim, false, true>(const BwdArgs&, cudaStream_t);  \
+  template Status launch_bwd_main<Element, kHeadDim, true, true>(const BwdArgs&, cudaStream_t);
 
 }  // namespace flashattn::fa2
