@@ -50,6 +50,9 @@ struct BwdArgs {
   int* dq_counters = nullptr;
   int64_t rows_padded = 0;
   int dq_cols = 0;  // padded head dim of dq_accum
+  // Factor of the dQ conversion: the softmax scale when the main kernel ran the plain score path
+  // (which leaves the scale out of dS and applies it to dK and dQ at the end), else 1.
+  float dq_scale = 1.f;
   bool deterministic = false;
 };
 
@@ -59,7 +62,8 @@ struct BwdConfig {
   using Element = Element_;
   static constexpr bool kDropout = kDropout_;  // a template flag: Philox state costs registers
   // false: the plain score path, for softcap == 0 and no ALiBi (the launcher checks): the exponent
-  // of P is one FFMA per element. true: softcap and ALiBi are applied.
+  // of P is one FFMA per element, and dS leaves out the softmax scale (dK is scaled at the end,
+  // dQ by the conversion: BwdArgs::dq_scale). true: softcap and ALiBi are applied.
   static constexpr bool kGeneralScore = kGeneralScore_;
   static constexpr int kHeadDim = kHeadDim_;   // padded head dim (q/k and v), multiple of 32
   static constexpr int kBlockM = kBlockM_;     // query rows per step
@@ -318,7 +322,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
             const float row_lse = (e % 2) ? lse2.y : lse2.x;
             const float row_delta = (e % 2) ? delta2.y : delta2.x;
             const float s = st[t][e];
-            float grad = score.scale;
+            float grad = Config::kGeneralScore ? score.scale : 1.f;  // plain: scale applied to dK, dQ
             float exponent;
             if constexpr (Config::kGeneralScore) {
               float logit = s * score.scale;
@@ -500,6 +504,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   // dK and dV of every stored key of the block; keys no row saw (or beyond seqused_k) get 0.
   Element* dk = static_cast<Element*>(bp.dk.data);
   Element* dv = static_cast<Element*>(bp.dv.data);
+  const float dk_scale = Config::kGeneralScore ? 1.f : score.scale;  // plain path: dS was unscaled
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int key = my_key[half];
@@ -510,7 +515,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     for (int t = 0; t < kColTilesKV; ++t) {
       const int col = col_kv0 + t * 8 + 2 * quad;
       if (col < p.head_dim)
-        *reinterpret_cast<uint32_t*>(dk_row + col) = sm80::pack2<Element>(dk_acc[t][2 * half], dk_acc[t][2 * half + 1]);
+        *reinterpret_cast<uint32_t*>(dk_row + col) =
+            sm80::pack2<Element>(dk_acc[t][2 * half] * dk_scale, dk_acc[t][2 * half + 1] * dk_scale);
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv_row + col) = sm80::pack2<Element>(dv_acc[t][2 * half], dv_acc[t][2 * half + 1]);
     }
@@ -582,7 +588,8 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs args)
     if (row >= sq) break;
     const float2 v = *reinterpret_cast<const float2*>(
         args.dq_accum + ((b * p.heads_q + h) * args.rows_padded + row) * args.dq_cols + col);
-    *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) = sm80::pack2<Element>(v.x, v.y);
+    *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) =
+        sm80::pack2<Element>(v.x * args.dq_scale, v.y * args.dq_scale);
   }
 }
 

@@ -27,14 +27,18 @@ Status launch_main_for_head_dim(const BwdArgs& args, cudaStream_t stream) {
   return launch_bwd_main<Element, 256, kDropout, kGeneral>(args, stream);
 }
 
-// The main kernel's instantiations: dropout (general score path), else the plain score path
-// unless softcap or ALiBi is on.
+// The main kernel's instantiations: the plain score path without dropout, softcap and ALiBi;
+// the general one otherwise (with and without dropout).
+bool plain_score(const AttnProblem& p) {
+  return !(p.dropout_p > 0.f) && !(p.score.softcap > 0.f) && p.alibi_slopes == nullptr;
+}
+
 template <typename Element>
 Status launch_main(const BwdArgs& args, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
+  if (plain_score(p)) return launch_main_for_head_dim<Element, false, false>(args, stream);
   if (p.dropout_p > 0.f) return launch_main_for_head_dim<Element, true, true>(args, stream);
-  if (p.score.softcap > 0.f || p.alibi_slopes != nullptr) return launch_main_for_head_dim<Element, false, true>(args, stream);
-  return launch_main_for_head_dim<Element, false, false>(args, stream);
+  return launch_main_for_head_dim<Element, false, true>(args, stream);
 }
 
 template <typename Element>
@@ -79,6 +83,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   BwdArgs args;
   args.problem = problem;
   args.deterministic = problem.deterministic;
+  args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
   const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;

@@ -10,4 +10,8 @@ namespace flashattn::fa3 {
 // in {64, 128}, no dropout; anything else answers Unsupported (the FA2 path takes it).
 Status fwd(const AttnProblem& problem, void* stream);
 
+// Whether fwd covers the problem (host-side, no device access): Ok, or Unsupported saying why.
+// Backend::Auto takes the FA3 forward on sm90 exactly when this is Ok.
+Status check(const AttnProblem& problem);
+
 }  // namespace flashattn::fa3

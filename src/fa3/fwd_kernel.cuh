@@ -31,8 +31,10 @@
 
 namespace flashattn::fa3 {
 
-template <typename Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kGeneralScore_>
+template <typename Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_>
 struct FwdConfig {
+  // The two consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
+  static constexpr bool kPingPong = kPingPong_;
   using Element = Element_;
   // Softcap or ALiBi present: the logit stage runs per element (fwd_softmax.cuh); else the scale
   // is folded into exp2 and full tiles run straight-line code.
@@ -167,13 +169,39 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     sm90::fence_accumulators(s);
   };
 
+  // Ping-pong: the two consumer warpgroups take turns issuing their wgmmas (named barriers 1 and 2),
+  // so one's softmax runs while the other's GEMMs hold the tensor cores. A turn is one issue point
+  // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
+  // tiles. Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
+  // arrival meets a sync.
+  constexpr uint32_t kTurnThreads = 256;
+  const int turns = tile_end - tile_begin + 1;
+  int turn = 0;
+  // Barrier ids as immediates (a register id makes ptxas reserve all 16 barriers).
+  auto begin_turn = [&]() {
+    if constexpr (Config::kPingPong) {
+      if (consumer == 0) sm90::named_barrier_sync(1, kTurnThreads);
+      else sm90::named_barrier_sync(2, kTurnThreads);
+    }
+  };
+  auto end_turn = [&]() {
+    if constexpr (Config::kPingPong) {
+      ++turn;
+      if (consumer == 0) sm90::named_barrier_arrive(2, kTurnThreads);
+      else if (turn != turns) sm90::named_barrier_arrive(1, kTurnThreads);
+    }
+  };
+
   sm90::mbarrier_wait(q_full, 0);
   if (tile_begin < tile_end) {
+    if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(1, kTurnThreads);
     // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
     // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
     sm90::PipelineState<kStages> state;
     pipeline->consumer_wait(state);
+    begin_turn();
     issue_qk(state.stage);
+    end_turn();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s);
     process_scores(tile_begin);  // O is still 0: its rescale is moot
@@ -182,8 +210,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     state.advance();
     for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
       pipeline->consumer_wait(state);
+      begin_turn();
       issue_qk(state.stage);
       issue_pv(prev.stage);
+      end_turn();
       sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
       sm90::fence_accumulators(s);
       process_scores(tile);
@@ -195,7 +225,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
       prev = state;
       state.advance();
     }
+    begin_turn();
     issue_pv(prev.stage);
+    end_turn();
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(o);
     pipeline->consumer_release(prev);

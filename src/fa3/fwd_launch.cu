@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "arch/sm90/tensor_map.h"
@@ -32,6 +33,16 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
   return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
 }
 
+// Experiment knob (tools/gpu/fa3_variants.sh measures it): FLASHATTN_FA3_PINGPONG=0 turns the
+// warpgroup ping-pong off for problems without softcap/ALiBi. Read once per process.
+bool fwd_pingpong() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHATTN_FA3_PINGPONG");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 template <typename Config>
 Status launch(const AttnProblem& p, cudaStream_t stream) {
   // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
@@ -59,25 +70,22 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-template <typename Element, bool kGeneralScore>
+template <typename Element, bool kGeneralScore, bool kPingPong>
 Status dispatch_dim(const AttnProblem& p, cudaStream_t stream) {
-  if (p.head_dim == 64) return launch<FwdConfig<Element, 64, 128, 2, kGeneralScore>>(p, stream);
-  return launch<FwdConfig<Element, 128, 128, 2, kGeneralScore>>(p, stream);
+  if (p.head_dim == 64) return launch<FwdConfig<Element, 64, 128, 2, kGeneralScore, kPingPong>>(p, stream);
+  return launch<FwdConfig<Element, 128, 128, 2, kGeneralScore, kPingPong>>(p, stream);
 }
 
 template <typename Element>
 Status dispatch(const AttnProblem& p, cudaStream_t stream) {
-  if (p.score.softcap > 0.f || p.alibi_slopes != nullptr) return dispatch_dim<Element, true>(p, stream);
-  return dispatch_dim<Element, false>(p, stream);
+  if (p.score.softcap > 0.f || p.alibi_slopes != nullptr) return dispatch_dim<Element, true, false>(p, stream);
+  if (fwd_pingpong()) return dispatch_dim<Element, false, true>(p, stream);
+  return dispatch_dim<Element, false, false>(p, stream);
 }
 
 }  // namespace
 
-Status fwd(const AttnProblem& p, void* stream) {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-    return Status::error(ErrorCode::CudaError, "", "fa3 fwd: cannot read the device");
-  if (major != 9) return unsupported("needs an sm90 GPU");
+Status check(const AttnProblem& p) {
   if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("takes float16 or bfloat16");
   if (p.head_dim != p.head_dim_v || (p.head_dim != 64 && p.head_dim != 128))
     return unsupported("head_dim = head_dim_v in {64, 128} only, got " + std::to_string(p.head_dim) + " / " +
@@ -88,6 +96,15 @@ Status fwd(const AttnProblem& p, void* stream) {
   if (p.dropout_p > 0.f) return unsupported("has no dropout");
   if (p.num_splits > 1) return unsupported("has no split-KV yet");
   if (p.batch > 65535 || p.heads_q > 65535) return unsupported("at most 65535 sequences and heads");
+  return {};
+}
+
+Status fwd(const AttnProblem& p, void* stream) {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return Status::error(ErrorCode::CudaError, "", "fa3 fwd: cannot read the device");
+  if (major != 9) return unsupported("needs an sm90 GPU");
+  if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
   return p.dtype == DType::F16 ? dispatch<__half>(p, s) : dispatch<__nv_bfloat16>(p, s);
 }
