@@ -34,7 +34,7 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
 }
 
 // Experiment knob (tools/gpu/fa3_variants.sh measures it): FLASHATTN_FA3_PINGPONG=0 turns the
-// warpgroup ping-pong off for problems without softcap/ALiBi. Read once per process.
+// warpgroup ping-pong off (d64 without softcap/ALiBi, the only kernels that use it). Read once per process.
 bool fwd_pingpong() {
   static const bool on = [] {
     const char* v = std::getenv("FLASHATTN_FA3_PINGPONG");
@@ -70,17 +70,18 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-template <typename Element, bool kGeneralScore, bool kPingPong>
-Status dispatch_dim(const AttnProblem& p, cudaStream_t stream) {
-  if (p.head_dim == 64) return launch<FwdConfig<Element, 64, 128, 2, kGeneralScore, kPingPong>>(p, stream);
-  return launch<FwdConfig<Element, 128, 128, 2, kGeneralScore, kPingPong>>(p, stream);
-}
-
+// Ping-pong measured on the H200 (docs/PERF.md): +1-5 % at d64; at d128 it pushes the consumers
+// past the 168 registers ptxas allots them (spills), so d128 runs without it.
 template <typename Element>
 Status dispatch(const AttnProblem& p, cudaStream_t stream) {
-  if (p.score.softcap > 0.f || p.alibi_slopes != nullptr) return dispatch_dim<Element, true, false>(p, stream);
-  if (fwd_pingpong()) return dispatch_dim<Element, false, true>(p, stream);
-  return dispatch_dim<Element, false, false>(p, stream);
+  const bool general = p.score.softcap > 0.f || p.alibi_slopes != nullptr;
+  if (p.head_dim == 64) {
+    if (general) return launch<FwdConfig<Element, 64, 128, 2, true, false>>(p, stream);
+    if (fwd_pingpong()) return launch<FwdConfig<Element, 64, 128, 2, false, true>>(p, stream);
+    return launch<FwdConfig<Element, 64, 128, 2, false, false>>(p, stream);
+  }
+  if (general) return launch<FwdConfig<Element, 128, 128, 2, true, false>>(p, stream);
+  return launch<FwdConfig<Element, 128, 128, 2, false, false>>(p, stream);
 }
 
 }  // namespace

@@ -7,7 +7,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 logdir="${1:?usage: tools/gpu/fa3_variants.sh LOGDIR}"
 mkdir -p "$logdir"
 bench="$root/build-gpu/bench/flashattn_bench"
-[[ -x "$bench" ]] || { echo "build flashattn_bench first (tools/gpu/test.sh or bench.sh)" >&2; exit 1; }
+[[ -x "$bench" ]] || { echo "build flashattn_bench first (tools/gpu/bench.sh)" >&2; exit 1; }
+# A test build (tools/gpu/test.sh) has the mbarrier hang trap: it costs the d128 kernels registers.
+if grep -q '^FLASHATTN_HANG_TRAP:BOOL=ON' "$root/build-gpu/CMakeCache.txt"; then
+  echo "build-gpu/ is a test build (FLASHATTN_HANG_TRAP=ON): rebuild with tools/gpu/bench.sh first" >&2
+  exit 1
+fi
 for pp in 1 0; do
   FLASHATTN_FA3_PINGPONG=$pp "$bench" --backend fa3 --grid peers --direction fwd --json "$logdir/pp$pp.json" \
     >"$logdir/pp$pp.txt"
