@@ -94,6 +94,10 @@ Status check(const AttnProblem& p) {
   if (p.lens.cu_seqlens_q != nullptr || p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr ||
       p.k.batch_index != nullptr)
     return unsupported("dense (batch, seqlen, heads, dim) tensors only (no varlen, cache or pages yet)");
+  // Keys past seqused_k are loaded with their tile; P is 0 there, but a NaN left in those V rows
+  // (an unwritten cache slot) would still turn 0 * NaN into NaN. FA2 zero-fills them; FA3 waits
+  // until the last tile's V rows are cleared in shared memory.
+  if (p.lens.seqused_k != nullptr) return unsupported("has no seqused_k yet");
   if (p.dropout_p > 0.f) return unsupported("has no dropout");
   if (p.num_splits > 1) return unsupported("has no split-KV yet");
   if (p.batch > 65535 || p.heads_q > 65535) return unsupported("at most 65535 sequences and heads");

@@ -15,7 +15,7 @@ namespace {
 std::vector<AttentionCase> fa3_sweep() {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : feature_sweep())
-    if (c.dtype != DType::F32 && !c.varlen() && c.dropout_p == 0.f && c.num_splits <= 1 &&
+    if (c.dtype != DType::F32 && !c.varlen() && c.seqused_k.empty() && c.dropout_p == 0.f && c.num_splits <= 1 &&
         (c.head_dim == 64 || c.head_dim == 128) && c.dv() == c.head_dim)
       cases.push_back(c);
   return cases;
