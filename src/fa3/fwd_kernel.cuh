@@ -130,29 +130,30 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
 
   // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
+  const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
+  const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
   auto issue_qk = [&](int stage) {
-    const Element* k_stage = smem_k + stage * (Config::kKVBytes / 2);
+    const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kHeadDim / 16; ++j) {
-      const Element* q_step = smem_q + (j / 4) * kBlockM * 64 + consumer * 64 * 64 + (j % 4) * 16;
-      const Element* k_step = k_stage + (j / 4) * kBlockN * 64 + (j % 4) * 16;
-      sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor(q_step), sm90::kmajor_descriptor(k_step),
-                                                    j > 0);
+      const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
+      const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
+      sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::sw128_descriptor_at(q_step, 16, 1024),
+                                                    sm90::sw128_descriptor_at(k_step, 16, 1024), j > 0);
     }
     sm90::wgmma_commit();
   };
   // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
   // blocks kBlockN * 128 bytes apart (MN-major).
   auto issue_pv = [&](int stage) {
-    const Element* v_stage = smem_v + stage * (Config::kKVBytes / 2);
+    const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kKVBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
-      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor(v_stage + 16 * kk * 64, kBlockN * 128), 1);
+      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::sw128_descriptor_at(v_base + kk * 2048, kBlockN * 128, 1024), 1);
     sm90::wgmma_commit();
   };
-  // Logits, mask (only tiles that need one), online softmax: s becomes the tile's P.
   // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
   // the compiler predicates the per-element compares into every tile.
   auto process_scores = [&](int tile) {

@@ -6,8 +6,8 @@ FA_GPU_BUILD="$FA_ROOT/build-gpu"
 # fa_gpu_configure LOGFILE want_tests: CUDA forced on (a missing nvcc is an error here, not a silent
 # CPU-only build), the default FLASHATTN_CUDA_GENCODE (sm_80 + sm_90a), and ptxas's per-kernel
 # resource report (-Xptxas -v: registers, spills, shared memory) in the build output.
-# FA_HANG_TRAP=ON builds mbarrier waits that trap after seconds (tools/gpu/test.sh turns it on; export
-# it for a whole session so the benchmark scripts reuse the same build).
+# FA_HANG_TRAP=ON builds mbarrier waits that trap after seconds (debugging a hang; off by default,
+# as it changes the kernels' register allocation).
 fa_gpu_configure() {
   local log="$1" want_tests="$2"
   fa_configure "$FA_GPU_BUILD" -DFLASHATTN_CUDA=ON -DFLASHATTN_BUILD_TESTS="$want_tests" \

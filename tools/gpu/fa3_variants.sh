@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA3 forward over the peers grid with the
-# warpgroup ping-pong on and off (FLASHATTN_FA3_PINGPONG), beside torch SDPA's flash and cuDNN
+# warpgroup ping-pong at both head dims (pp1), off (pp0) and the default (ppd: d64 only), beside torch SDPA's flash and cuDNN
 # backends from the same run. Writes LOGDIR/{pp1,pp0,peers}.json and LOGDIR/table.md.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -13,8 +13,9 @@ if grep -q '^FLASHATTN_HANG_TRAP:BOOL=ON' "$root/build-gpu/CMakeCache.txt"; then
   echo "build-gpu/ is a test build (FLASHATTN_HANG_TRAP=ON): rebuild with tools/gpu/bench.sh first" >&2
   exit 1
 fi
-for pp in 1 0; do
-  FLASHATTN_FA3_PINGPONG=$pp "$bench" --backend fa3 --grid peers --direction fwd --json "$logdir/pp$pp.json" \
+for pp in 1 0 d; do
+  if [[ $pp == d ]]; then unset FLASHATTN_FA3_PINGPONG; else export FLASHATTN_FA3_PINGPONG=$pp; fi
+  "$bench" --backend fa3 --grid peers --direction fwd --json "$logdir/pp$pp.json" \
     >"$logdir/pp$pp.txt"
 done
 python3 "$root/bench/peers/sdpa_peers.py" --direction fwd --json "$logdir/peers.json" >"$logdir/peers.txt"
@@ -22,10 +23,10 @@ python3 "$root/bench/peers/sdpa_peers.py" --direction fwd --json "$logdir/peers.
 python3 - "$logdir" <<'PY'
 import json, sys
 d = sys.argv[1]
-for pp in ("1", "0"):
+for pp in ("1", "0", "d"):
     doc = json.load(open(f"{d}/pp{pp}.json"))
     for r in doc["rows"]:
         r["backend"] = f"fa3-pp{pp}"
     json.dump(doc, open(f"{d}/pp{pp}.json", "w"))
 PY
-python3 "$root/bench/peers/join.py" "$logdir/peers.json" "$logdir/pp1.json" "$logdir/pp0.json" | tee "$logdir/table.md"
+python3 "$root/bench/peers/join.py" "$logdir/peers.json" "$logdir/pp1.json" "$logdir/pp0.json" "$logdir/ppd.json" | tee "$logdir/table.md"

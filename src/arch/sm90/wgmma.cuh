@@ -29,6 +29,21 @@ __device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* smem, uint
 // K-major operand with 128-byte swizzle; `smem` is where this k16 step starts.
 __device__ __forceinline__ uint64_t kmajor_descriptor(const void* smem) { return smem_descriptor_sw128(smem, 16, 1024); }
 
+// The same descriptors from a shared-memory address (smem_u32) plus a byte offset known at compile
+// time: the layout bits are constants and only the 14-bit start field varies.
+__device__ __forceinline__ uint64_t sw128_descriptor_at(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return uint64_t((smem_addr & 0x3ffffu) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3fffu) << 16) |
+         (uint64_t((stride_bytes >> 4) & 0x3fffu) << 32) | (uint64_t(1) << 62);
+}
+
+// A copy of x the compiler cannot see through: computed where it is used, never hoisted out of a
+// loop and kept live across it (descriptor values hoisted that way cost the consumers registers).
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // MN-major operand with 128-byte swizzle; `column_block_bytes` separates 64-wide column blocks.
 __device__ __forceinline__ uint64_t mnmajor_descriptor(const void* smem, uint32_t column_block_bytes) {
   return smem_descriptor_sw128(smem, column_block_bytes, 1024);
