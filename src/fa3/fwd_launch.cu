@@ -33,15 +33,14 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
   return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
 }
 
-// Ping-pong per head dim. FLASHATTN_FA3_PINGPONG: unset = the measured default (d64 only), "0" =
-// off, "1" = d64 and d128 (tools/gpu/fa3_variants.sh compares them). Read once per process.
-bool fwd_pingpong(int64_t head_dim) {
-  static const int mode = [] {
+// Ping-pong (both head dims; measured on the H200: +8 % at d128, +1 % at d64, docs/PERF.md).
+// FLASHATTN_FA3_PINGPONG=0 turns it off (tools/gpu/fa3_variants.sh compares). Read once per process.
+bool fwd_pingpong() {
+  static const bool on = [] {
     const char* v = std::getenv("FLASHATTN_FA3_PINGPONG");
-    if (v == nullptr) return -1;
-    return std::string(v) == "0" ? 0 : 1;
+    return v == nullptr || std::string(v) != "0";
   }();
-  return mode < 0 ? head_dim == 64 : mode == 1;
+  return on;
 }
 
 template <typename Config>
@@ -71,11 +70,10 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-// Ping-pong measured on the H200 (docs/PERF.md): +1-5 % at d64; d128 is being measured.
 template <typename Element>
 Status dispatch(const AttnProblem& p, cudaStream_t stream) {
   const bool general = p.score.softcap > 0.f || p.alibi_slopes != nullptr;
-  const bool pingpong = !general && fwd_pingpong(p.head_dim);
+  const bool pingpong = !general && fwd_pingpong();
   if (p.head_dim == 64) {
     if (general) return launch<FwdConfig<Element, 64, 128, 2, true, false>>(p, stream);
     if (pingpong) return launch<FwdConfig<Element, 64, 128, 2, false, true>>(p, stream);

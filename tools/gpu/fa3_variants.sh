@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA3 forward over the peers grid with the
-# warpgroup ping-pong at both head dims (pp1), off (pp0) and the default (ppd: d64 only), beside torch SDPA's flash and cuDNN
+# warpgroup ping-pong on (pp1), off (pp0) and the default (ppd, = on), beside torch SDPA's flash and cuDNN
 # backends from the same run. Writes LOGDIR/{pp1,pp0,peers}.json and LOGDIR/table.md.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
