@@ -19,6 +19,7 @@ struct SeqLens {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int64_t total_q = 0;  // rows of q in all (dense: batch * seqlen_q; varlen: q's first dimension)
+  int64_t total_k = 0;  // rows of k and v likewise (varlen: k's first dimension); 0 for KV caches
   const int32_t* seqused_k = nullptr;      // overrides the key length of each sequence
   const int32_t* cache_seqlens = nullptr;  // KV cache: keys = cache_seqlens[b] + seqlen_k_added
   int64_t seqlen_k_added = 0;

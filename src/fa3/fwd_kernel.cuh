@@ -93,20 +93,25 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   if (warpgroup == 0) {  // ---------------------------------------------------------- producer
     sm90::warpgroup_registers_decrease<24>();
     if (threadIdx.x == 0) {
-      // CHECK ON GPU: the expect-tx counts assume a box that is partly out of bounds (last Q block
-      // when seqlen_q % 128 != 0, last K/V tile) still completes its full box bytes (zero-filled),
-      // as CUTLASS/FA3 rely on; if not, the consumers hang on the full barrier of that tile.
+      // Varlen: the maps span all rows (batch extent 1); sequence b starts at row cu_seqlens[b].
+      const bool varlen = p.lens.cu_seqlens_q != nullptr;
+      const int q_first = varlen ? p.lens.cu_seqlens_q[b] : 0;
+      const int k_first = varlen ? p.lens.cu_seqlens_k[b] : 0;
+      const int batch_coord = varlen ? 0 : int(b);
+      // A box partly out of bounds (last Q block, last K/V tile) still completes its full byte count
+      // (zero-filled), so the expect-tx counts are constants (verified on the H200).
       sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);
       for (int c = 0; c < kColumnBlocks; ++c)
-        sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(h), row0, int(b), q_full);
+        sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(h), q_first + row0, batch_coord, q_full);
       sm90::PipelineState<kStages> state;
       for (int tile = tile_begin; tile < tile_end; ++tile, state.advance()) {
         pipeline->producer_acquire(state, 2 * Config::kKVBytes);
         Element* k_stage = smem_k + state.stage * (Config::kKVBytes / 2);
         Element* v_stage = smem_v + state.stage * (Config::kKVBytes / 2);
         for (int c = 0; c < kColumnBlocks; ++c) {
-          sm90::tma_load_4d(k_stage + c * kBlockN * 64, &maps.k, 64 * c, hk, tile * kBlockN, int(b), &pipeline->full[state.stage]);
-          sm90::tma_load_4d(v_stage + c * kBlockN * 64, &maps.v, 64 * c, hk, tile * kBlockN, int(b), &pipeline->full[state.stage]);
+          const int key_row = k_first + tile * kBlockN;
+          sm90::tma_load_4d(k_stage + c * kBlockN * 64, &maps.k, 64 * c, hk, key_row, batch_coord, &pipeline->full[state.stage]);
+          sm90::tma_load_4d(v_stage + c * kBlockN * 64, &maps.v, 64 * c, hk, key_row, batch_coord, &pipeline->full[state.stage]);
         }
       }
     }
@@ -154,6 +159,26 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
       sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::sw128_descriptor_at(v_base + kk * 2048, kBlockN * 128, 1024), 1);
     sm90::wgmma_commit();
   };
+  // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
+  // seqused_k (rows the caller did not fill) they are in bounds of the map, so the TMA loads real
+  // memory there. P is 0 for them, but 0 * NaN is NaN: the consumers clear those V rows (each
+  // 128-byte row of each column block; the swizzle permutes chunks within a row) before the stage
+  // is used. Dense without seqused_k needs nothing: the rows are out of bounds and zero-filled.
+  const bool clear_tails = p.lens.cu_seqlens_k != nullptr || p.lens.seqused_k != nullptr;
+  auto clear_v_tail = [&](int stage, int tile) {
+    const int first = sk - tile * kBlockN;  // first row of the stage past the sequence
+    if (!clear_tails || first >= kBlockN) return;
+    const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kKVBytes) + first * 128;
+    const int bytes = (kBlockN - first) * 128;  // per column block, contiguous from row `first`
+#pragma unroll 1
+    for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocks * bytes; i += 256 * 16) {
+      const int c = i / bytes;
+      sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
+    }
+    sm90::fence_async_shared();  // the generic-proxy stores, before wgmma reads the stage
+    sm90::named_barrier_sync(3, 256);
+  };
+
   // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
   // the compiler predicates the per-element compares into every tile.
   auto process_scores = [&](int tile) {
@@ -200,6 +225,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
     sm90::PipelineState<kStages> state;
     pipeline->consumer_wait(state);
+    clear_v_tail(state.stage, tile_begin);
     begin_turn();
     issue_qk(state.stage);
     end_turn();
@@ -211,6 +237,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     state.advance();
     for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
       pipeline->consumer_wait(state);
+      clear_v_tail(state.stage, tile);
       begin_turn();
       issue_qk(state.stage);
       issue_pv(prev.stage);
