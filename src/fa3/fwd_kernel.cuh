@@ -1,7 +1,6 @@
-// FlashAttention-3 forward, first version (sm90a): TMA loads on an mbarrier pipeline, wgmma, and
-// warp specialisation. Not yet validated on a GPU; the next steps (ping-pong between the two
-// consumer warpgroups, overlap of softmax with the GEMMs inside a warpgroup, TMA store of O,
-// persistent scheduling) build on this structure.
+// FlashAttention-3 forward (sm90a): TMA loads on an mbarrier pipeline, wgmma, warp specialisation,
+// intra-warpgroup overlap of softmax with the GEMMs and ping-pong between the consumer warpgroups.
+// Next steps: TMA store of O, persistent scheduling, larger kBlockN at d128, more head dims.
 //
 // CTA = 3 warpgroups: warpgroup 0 is the producer (one elected thread issues the TMA loads of Q
 // once and K, V per tile into a kStages ring); warpgroups 1 and 2 are consumers, 64 query rows each

@@ -70,9 +70,13 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   // (seqlen_k = 0) the kernel issues no K/V loads (visible_keys is empty: O = 0, LSE = -inf), so
   // a one-row extent only keeps the encode from failing; it is never read.
   const int64_t key_rows = std::max<int64_t>(varlen ? p.lens.total_k : p.lens.seqlen_k, 1);
-  if (Status st = map_rows(&maps.k, p.k, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, Config::kBlockN); !st.ok())
+  // An empty K/V may come with a null base; the map then points at q (never read through it).
+  RowsView k_view = p.k, v_view = p.v;
+  if (k_view.data == nullptr) k_view.data = p.q.data;
+  if (v_view.data == nullptr) v_view.data = p.q.data;
+  if (Status st = map_rows(&maps.k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, Config::kBlockN); !st.ok())
     return st;
-  if (Status st = map_rows(&maps.v, p.v, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, Config::kBlockN); !st.ok())
+  if (Status st = map_rows(&maps.v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, Config::kBlockN); !st.ok())
     return st;
   auto kernel = fwd_kernel<Config>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
@@ -102,6 +106,7 @@ Status dispatch(const AttnProblem& p, cudaStream_t stream) {
 
 Status check(const AttnProblem& p) {
   if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("takes float16 or bfloat16");
+  if (p.out_dtype != p.dtype) return unsupported("writes out in the dtype of q");
   if (p.head_dim != p.head_dim_v || (p.head_dim != 64 && p.head_dim != 128))
     return unsupported("head_dim = head_dim_v in {64, 128} only, got " + std::to_string(p.head_dim) + " / " +
                        std::to_string(p.head_dim_v));
