@@ -75,7 +75,6 @@ Status kernels_not_built(Target target) {
                                     target_name(target) + " was chosen for these CUDA tensors)");
 }
 
-
 // Auto on an sm90 GPU: the FA3 forward (faster than FA2 everywhere it was measured, docs/PERF.md)
 // for every problem it covers; FA2 for the rest.
 Target auto_forward_target(Target chosen, [[maybe_unused]] const TensorView& placement,

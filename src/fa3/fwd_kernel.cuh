@@ -123,6 +123,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int warp_row0 = row0 + consumer * 64 + warp * 16;  // this thread's rows: + group, + group + 8
   const AccumulatorCoords at{warp_row0 + lane / 4, lane % 4};
+  // Named barriers among the 256 consumer threads: the ping-pong turns of consumer 0 and 1, and the
+  // clear of a stage's V tail.
+  constexpr uint32_t kConsumerThreads = 256, kTurnBarrier0 = 1, kTurnBarrier1 = 2, kClearBarrier = 3;
 
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDim / 2;
   float o[kORegs];
@@ -143,8 +146,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     for (int j = 0; j < kHeadDim / 16; ++j) {
       const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
       const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
-      sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::sw128_descriptor_at(q_step, 16, 1024),
-                                                    sm90::sw128_descriptor_at(k_step, 16, 1024), j > 0);
+      sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
+                                                    j > 0);
     }
     sm90::wgmma_commit();
   };
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
-      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::sw128_descriptor_at(v_base + kk * 2048, kBlockN * 128, 1024), 1);
+      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
     sm90::wgmma_commit();
   };
   // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
       sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
     }
     sm90::fence_async_shared();  // the generic-proxy stores, before wgmma reads the stage
-    sm90::named_barrier_sync(3, 256);
+    sm90::named_barrier_sync(kClearBarrier, kConsumerThreads);
   };
 
   // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
@@ -194,32 +197,31 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     sm90::fence_accumulators(s);
   };
 
-  // Ping-pong: the two consumer warpgroups take turns issuing their wgmmas (named barriers 1 and 2),
+  // Ping-pong: the two consumer warpgroups take turns issuing their wgmmas (kTurnBarrier0/1),
   // so one's softmax runs while the other's GEMMs hold the tensor cores. A turn is one issue point
   // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
   // tiles. Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
   // arrival meets a sync.
-  constexpr uint32_t kTurnThreads = 256;
   const int turns = tile_end - tile_begin + 1;
   int turn = 0;
-  // Barrier ids as immediates (a register id makes ptxas reserve all 16 barriers).
+  // Barrier ids are constants (a register id would make ptxas reserve all 16 barriers).
   auto begin_turn = [&]() {
     if constexpr (Config::kPingPong) {
-      if (consumer == 0) sm90::named_barrier_sync(1, kTurnThreads);
-      else sm90::named_barrier_sync(2, kTurnThreads);
+      if (consumer == 0) sm90::named_barrier_sync(kTurnBarrier0, kConsumerThreads);
+      else sm90::named_barrier_sync(kTurnBarrier1, kConsumerThreads);
     }
   };
   auto end_turn = [&]() {
     if constexpr (Config::kPingPong) {
       ++turn;
-      if (consumer == 0) sm90::named_barrier_arrive(2, kTurnThreads);
-      else if (turn != turns) sm90::named_barrier_arrive(1, kTurnThreads);
+      if (consumer == 0) sm90::named_barrier_arrive(kTurnBarrier1, kConsumerThreads);
+      else if (turn != turns) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
     }
   };
 
   sm90::mbarrier_wait(q_full, 0);
   if (tile_begin < tile_end) {
-    if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(1, kTurnThreads);
+    if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
     // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
     // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
     sm90::PipelineState<kStages> state;

@@ -32,12 +32,12 @@ __device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_co
 // Waits until the stores' shared-memory reads are done (the buffer may then be reused).
 __device__ __forceinline__ void tma_store_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
 
-// Ordinary shared-memory stores must be fenced before the async proxy (TMA, wgmma) reads them.
 // 16 zero bytes at a shared-memory address (smem_u32).
 __device__ __forceinline__ void st_shared_zero16(uint32_t smem_addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0u) : "memory");
 }
 
+// Ordinary shared-memory stores must be fenced before the async proxy (TMA, wgmma) reads them.
 __device__ __forceinline__ void fence_async_shared() { cuda::ptx::fence_proxy_async(cuda::ptx::space_shared); }
 
 }  // namespace flashattn::sm90

@@ -19,21 +19,23 @@ namespace flashattn::sm90 {
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // Descriptor bits: [0,14) start >> 4, [16,30) leading byte offset >> 4, [32,46) stride byte offset
-// >> 4, [62,64) swizzle mode (1 = 128-byte).
-__device__ __forceinline__ uint64_t smem_descriptor_sw128(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
-  const uint64_t start = (smem_u32(smem) & 0x3ffffu) >> 4;
-  return start | (uint64_t((leading_bytes >> 4) & 0x3fffu) << 16) | (uint64_t((stride_bytes >> 4) & 0x3fffu) << 32) |
-         (uint64_t(1) << 62);
-}
-
-// K-major operand with 128-byte swizzle; `smem` is where this k16 step starts.
-__device__ __forceinline__ uint64_t kmajor_descriptor(const void* smem) { return smem_descriptor_sw128(smem, 16, 1024); }
-
-// The same descriptors from a shared-memory address (smem_u32) plus a byte offset known at compile
-// time: the layout bits are constants and only the 14-bit start field varies.
+// >> 4, [62,64) swizzle mode (1 = 128-byte). `smem_addr` is a shared-memory address (smem_u32): the
+// layout bits are constants and only the start field varies.
 __device__ __forceinline__ uint64_t sw128_descriptor_at(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
   return uint64_t((smem_addr & 0x3ffffu) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3fffu) << 16) |
          (uint64_t((stride_bytes >> 4) & 0x3fffu) << 32) | (uint64_t(1) << 62);
+}
+
+// K-major operand with 128-byte swizzle, starting where this k16 step starts.
+__device__ __forceinline__ uint64_t kmajor_descriptor_at(uint32_t smem_addr) { return sw128_descriptor_at(smem_addr, 16, 1024); }
+__device__ __forceinline__ uint64_t kmajor_descriptor(const void* smem) { return kmajor_descriptor_at(smem_u32(smem)); }
+
+// MN-major operand with 128-byte swizzle; `column_block_bytes` separates 64-wide column blocks.
+__device__ __forceinline__ uint64_t mnmajor_descriptor_at(uint32_t smem_addr, uint32_t column_block_bytes) {
+  return sw128_descriptor_at(smem_addr, column_block_bytes, 1024);
+}
+__device__ __forceinline__ uint64_t mnmajor_descriptor(const void* smem, uint32_t column_block_bytes) {
+  return mnmajor_descriptor_at(smem_u32(smem), column_block_bytes);
 }
 
 // A copy of x the compiler cannot see through: computed where it is used, never hoisted out of a
@@ -42,11 +44,6 @@ __device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
   uint32_t y;
   asm volatile("mov.b32 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
-}
-
-// MN-major operand with 128-byte swizzle; `column_block_bytes` separates 64-wide column blocks.
-__device__ __forceinline__ uint64_t mnmajor_descriptor(const void* smem, uint32_t column_block_bytes) {
-  return smem_descriptor_sw128(smem, column_block_bytes, 1024);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
