@@ -53,6 +53,12 @@ struct AttnProblem {
   FA_HD float alibi_slope(int64_t b, int64_t h) const {
     return alibi_slopes != nullptr ? alibi_slopes[b * alibi_batch_stride + h] : 0.f;
   }
+  // Softcap or ALiBi: the logit is more than scale * score, per element (the GPU kernels keep a
+  // separate, straight-line instantiation for problems without them).
+  FA_HD bool score_modifiers() const { return score.softcap > 0.f || alibi_slopes != nullptr; }
+  // The GPU forwards' plain score path: no modifiers and a positive scale, because its running max
+  // is taken on raw scores, which order like the logits only when scale > 0.
+  FA_HD bool plain_forward_scores() const { return !score_modifiers() && score.scale > 0.f; }
 };
 
 // Backward adds dout and the gradients; out, lse and the options are those of the forward.

@@ -30,7 +30,7 @@ Status launch_main_for_head_dim(const BwdArgs& args, cudaStream_t stream) {
 // The main kernel's instantiations: the plain score path without dropout, softcap and ALiBi;
 // the general one otherwise (with and without dropout).
 bool plain_score(const AttnProblem& p) {
-  return !(p.dropout_p > 0.f) && !(p.score.softcap > 0.f) && p.alibi_slopes == nullptr;
+  return !(p.dropout_p > 0.f) && !p.score_modifiers();
 }
 
 template <typename Element>

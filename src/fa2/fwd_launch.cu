@@ -87,12 +87,6 @@ int tile_variant() {
   return variant;
 }
 
-// The plain score path (FwdConfig::kGeneralScore = false) serves softcap == 0, no ALiBi and a
-// positive scale (its running max is on raw scores); everything else takes the general path.
-bool general_score(const AttnProblem& p) {
-  return p.score.softcap > 0.f || p.alibi_slopes != nullptr || !(p.score.scale > 0.f);
-}
-
 template <typename Element, bool kDropout, bool kGeneral>
 Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
@@ -121,7 +115,7 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
 template <typename Element>
 Status dispatch_dropout(const AttnProblem& p, cudaStream_t stream) {
   if (p.dropout_p > 0.f) return dispatch_head_dim<Element, true, true>(p, stream);
-  return general_score(p) ? dispatch_head_dim<Element, false, true>(p, stream)
+  return !p.plain_forward_scores() ? dispatch_head_dim<Element, false, true>(p, stream)
                           : dispatch_head_dim<Element, false, false>(p, stream);
 }
 

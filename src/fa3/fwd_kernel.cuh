@@ -35,8 +35,8 @@ struct FwdConfig {
   // The two consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
   using Element = Element_;
-  // Softcap or ALiBi present: the logit stage runs per element (fwd_softmax.cuh); else the scale
-  // is folded into exp2 and full tiles run straight-line code.
+  // Not AttnProblem::plain_forward_scores() (softcap, ALiBi or scale <= 0): the logit stage runs per
+  // element (fwd_softmax.cuh); else the scale is folded into exp2 and full tiles run straight-line code.
   static constexpr bool kGeneralScore = kGeneralScore_;
   static constexpr int kHeadDim = kHeadDim_;  // 64 or 128 (q, k and v)
   static constexpr int kBlockM = 128;         // two consumer warpgroups of 64 rows

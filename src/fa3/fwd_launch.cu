@@ -90,7 +90,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 
 template <typename Element>
 Status dispatch(const AttnProblem& p, cudaStream_t stream) {
-  const bool general = p.score.softcap > 0.f || p.alibi_slopes != nullptr;
+  const bool general = !p.plain_forward_scores();  // FwdConfig::kGeneralScore
   const bool pingpong = !general && fwd_pingpong();
   if (p.head_dim == 64) {
     if (general) return launch<FwdConfig<Element, 64, 128, 2, true, false>>(p, stream);

@@ -3,9 +3,9 @@
 // key `8i + 2 quad + e % 2` of the tile (group = lane / 4, quad = lane % 4); a quad shares each row.
 //
 // Units: the running max is kept in the units the scores are in after the logit stage. Plain scores
-// (no softcap, no ALiBi) stay raw and the softmax scale is folded into the exp2 argument, one FFMA
-// per element: p = exp2(s * scale_log2 - max * scale_log2). With softcap or ALiBi the logit stage
-// produces natural-log logits and scale_log2 = log2(e).
+// (AttnProblem::plain_forward_scores: no softcap, no ALiBi, scale > 0) stay raw and the softmax
+// scale is folded into the exp2 argument, one FFMA per element: p = exp2(s * scale_log2 - max *
+// scale_log2). Otherwise the logit stage produces natural-log logits and scale_log2 = log2(e).
 #pragma once
 
 #include <cmath>
@@ -26,8 +26,8 @@ struct AccumulatorCoords {
   int quad;
 };
 
-// Softcap and ALiBi (kGeneralScore): scores become natural-log logits. Compile-time, so the plain
-// path has no per-element branch.
+// Softcap, ALiBi or scale <= 0 (kGeneralScore): scores become natural-log logits. Compile-time, so
+// the plain path has no per-element branch.
 template <bool kGeneralScore, int kRegs>
 __device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnProblem& p, AccumulatorCoords at, int key0,
                                                  int64_t b, int64_t h, int sq, int sk) {

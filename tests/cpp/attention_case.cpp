@@ -25,6 +25,7 @@ std::string AttentionCase::name() const {
   if (varlen()) s << "_varlen" << varlen_q.size();
   if (!seqused_k.empty()) s << "_seqused";
   if (num_splits != 1) s << "_splits" << num_splits;
+  if (softmax_scale) s << (*softmax_scale < 0 ? "_negscale" : "_scale");
   return s.str();
 }
 
@@ -97,6 +98,7 @@ FwdParams AttentionRun::fwd_params(TensorView out_view, TensorView lse_view, Bac
   p.dropout_seed = 0x1234abcd5678ull + c_.seed;
   p.dropout_offset = 77;
   p.num_splits = c_.num_splits;
+  p.softmax_scale = c_.softmax_scale;
   p.backend = backend;
   if (c_.varlen()) {
     p.cu_seqlens_q = cu_q.view();
@@ -291,6 +293,10 @@ std::vector<AttentionCase> feature_sweep() {
   });
   with([](AttentionCase& c) { c.varlen_q = {40, 70}; c.varlen_k = {60, 90}; c.seqused_k = {45, 90}; c.alibi = 2; });
   with([](AttentionCase& c) { c.varlen_q = {1, 1, 1}; c.varlen_k = {300, 5, 129}; c.num_splits = 0; });
+  // A negative scale: the largest logit comes from the smallest score (kernels that keep their
+  // running max on raw scores must not take this case).
+  with([](AttentionCase& c) { c.softmax_scale = -0.125f; });
+  with([](AttentionCase& c) { c.head_dim = 128; c.causal = true; c.softmax_scale = -0.09f; });
   // The same at head dim 128 (two 64-column blocks in the FA3 kernels' shared-memory tiles).
   with([](AttentionCase& c) { c.head_dim = 128; c.varlen_q = {30, 0, 77, 130}; c.varlen_k = {50, 12, 200, 129}; c.causal = true; });
   with([](AttentionCase& c) { c.head_dim = 128; c.seqused_k = {100, 37}; });

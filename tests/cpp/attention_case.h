@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -32,6 +33,7 @@ struct AttentionCase {
   std::vector<int> varlen_q, varlen_k;  // non-empty: varlen layout with these lengths
   std::vector<int> seqused_k;           // non-empty: keys used per sequence
   int num_splits = 1;
+  std::optional<float> softmax_scale;  // unset: the API's default 1/sqrt(head_dim)
   uint64_t seed = 1;
 
   int dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
