@@ -6,7 +6,7 @@
 
 namespace flashattn::fa3 {
 
-// Forward over device tensors on `stream`. Today: dense layout, fp16/bf16, head_dim = head_dim_v
+// Forward over device tensors on `stream`. Today: dense or varlen layout, fp16/bf16, head_dim = head_dim_v
 // in {64, 128}, no dropout; anything else answers Unsupported (the FA2 path takes it).
 Status fwd(const AttnProblem& problem, void* stream);
 

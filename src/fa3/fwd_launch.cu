@@ -46,14 +46,6 @@ bool fwd_pingpong() {
   return on;
 }
 
-bool varlen_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHATTN_FA3_VARLEN");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return on;
-}
-
 template <typename Config>
 Status launch(const AttnProblem& p, cudaStream_t stream) {
   // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
@@ -112,11 +104,6 @@ Status check(const AttnProblem& p) {
                        std::to_string(p.head_dim_v));
   if (p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr || p.k.batch_index != nullptr)
     return unsupported("takes (batch, seqlen, heads, dim) or varlen tensors (no KV cache or pages yet)");
-  // Varlen and seqused_k (the kernel clears V rows past each sequence's end) are written but have
-  // not yet run on a GPU: until their tests pass they run only when FLASHATTN_FA3_VARLEN=1 (the
-  // GPU tests set it), so Auto sends them to FA2.
-  if ((p.lens.cu_seqlens_q != nullptr || p.lens.seqused_k != nullptr) && !varlen_enabled())
-    return unsupported("varlen and seqused_k are not yet validated on a GPU (FLASHATTN_FA3_VARLEN=1 runs them)");
   if (p.dropout_p > 0.f) return unsupported("has no dropout");
   if (p.num_splits > 1) return unsupported("has no split-KV yet");
   if (p.batch > 65535 || p.heads_q > 65535) return unsupported("at most 65535 sequences and heads");

@@ -11,9 +11,6 @@
 namespace flashattn::test {
 namespace {
 
-// Varlen and seqused_k on FA3 run only on request until this suite has passed with them.
-const bool kFa3VarlenEnabled = [] { return setenv("FLASHATTN_FA3_VARLEN", "1", 1) == 0; }();
-
 std::vector<AttentionCase> fa3_sweep() {
   std::vector<AttentionCase> cases;
   for (const AttentionCase& c : feature_sweep())
