@@ -30,7 +30,7 @@
 
 namespace flashattn::fa3 {
 
-template <typename Element_, int kHeadDim_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_>
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_>
 struct FwdConfig {
   // The two consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
@@ -38,17 +38,23 @@ struct FwdConfig {
   // Not AttnProblem::plain_forward_scores() (softcap, ALiBi or scale <= 0): the logit stage runs per
   // element (fwd_softmax.cuh); else the scale is folded into exp2 and full tiles run straight-line code.
   static constexpr bool kGeneralScore = kGeneralScore_;
-  static constexpr int kHeadDim = kHeadDim_;  // 64 or 128 (q, k and v)
+  // Head dims of q/k and of v as the kernel computes them: multiples of 64. A call's smaller head dim
+  // runs in the next one up; the TMA zero-fills the columns past the tensor's, and O is written only
+  // up to head_dim_v.
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = 128;         // two consumer warpgroups of 64 rows
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 384;
-  static constexpr int kColumnBlocks = kHeadDim / 64;
+  static constexpr int kColumnBlocks = kHeadDim / 64, kColumnBlocksV = kHeadDimV / 64;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one of K or V, one stage
-  // Q, then K and V rings, then the barriers; every tile 1024-byte aligned for the swizzle.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024 /*barriers*/ + 1024 /*alignment*/;
-  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0, "tile shape");
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;   // one stage
+  static constexpr int kVBytes = kBlockN * kHeadDimV * 2;  // one stage
+  // Q, then the K and V rings, then the barriers; every tile 1024-byte aligned for the swizzle.
+  static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024 /*barriers*/ + 1024 /*alignment*/;
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kBlockN % 16 == 0, "tile shape");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };
 
 // The tensor maps of one call: 4-D (head_dim, heads, seqlen, batch), innermost first; the box is
@@ -62,14 +68,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kStages = Config::kStages;
-  constexpr int kColumnBlocks = Config::kColumnBlocks, kHeadDim = Config::kHeadDim;
+  constexpr int kColumnBlocks = Config::kColumnBlocks, kColumnBlocksV = Config::kColumnBlocksV;
+  constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_k = reinterpret_cast<Element*>(smem + Config::kQBytes);
-  Element* smem_v = reinterpret_cast<Element*>(smem + Config::kQBytes + kStages * Config::kKVBytes);
-  auto* pipeline = reinterpret_cast<sm90::Pipeline<kStages>*>(smem + Config::kQBytes + 2 * kStages * Config::kKVBytes);
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline + 1);
+  Element* smem_v = reinterpret_cast<Element*>(smem + Config::kQBytes + kStages * Config::kKBytes);
+  // K and V have separate pipelines: a K stage is released as soon as S = Q K^T is done, so the next
+  // K load overlaps the softmax; V is released after P V. Sharing one barrier per (K, V) stage
+  // would hold K until P V finishes and leave the next load exposed.
+  auto* pipeline_k = reinterpret_cast<sm90::Pipeline<kStages>*>(smem + Config::kQBytes + kStages * (Config::kKBytes + Config::kVBytes));
+  auto* pipeline_v = pipeline_k + 1;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
 
   const int64_t b = blockIdx.z, h = blockIdx.y;
   const int row0 = int(blockIdx.x) * kBlockM;
@@ -83,7 +94,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    pipeline->init(2 * 128);  // every consumer thread releases a stage
+    pipeline_k->init(2 * 128);  // every consumer thread releases a stage
+    pipeline_v->init(2 * 128);
     sm90::mbarrier_init(q_full, 1);
     sm90::fence_barrier_init();
   }
@@ -102,16 +114,22 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
       sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);
       for (int c = 0; c < kColumnBlocks; ++c)
         sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(h), q_first + row0, batch_coord, q_full);
-      sm90::PipelineState<kStages> state;
-      for (int tile = tile_begin; tile < tile_end; ++tile, state.advance()) {
-        pipeline->producer_acquire(state, 2 * Config::kKVBytes);
-        Element* k_stage = smem_k + state.stage * (Config::kKVBytes / 2);
-        Element* v_stage = smem_v + state.stage * (Config::kKVBytes / 2);
-        for (int c = 0; c < kColumnBlocks; ++c) {
-          const int key_row = k_first + tile * kBlockN;
-          sm90::tma_load_4d(k_stage + c * kBlockN * 64, &maps.k, 64 * c, hk, key_row, batch_coord, &pipeline->full[state.stage]);
-          sm90::tma_load_4d(v_stage + c * kBlockN * 64, &maps.v, 64 * c, hk, key_row, batch_coord, &pipeline->full[state.stage]);
-        }
+      // The consumers need K of tile n + 1 before V of tile n (they issue S_{n+1} then P_n V_n),
+      // so V trails K by one tile: K0, K1, V0, K2, V1, ...
+      sm90::PipelineState<kStages> k_state, v_state;
+      auto load_tile = [&](sm90::Pipeline<kStages>* pipe, sm90::PipelineState<kStages>& st, Element* ring,
+                           const CUtensorMap* map, int column_blocks, int tile) {
+        const int bytes = column_blocks * kBlockN * 128;
+        pipe->producer_acquire(st, bytes);
+        Element* dst = ring + st.stage * (bytes / 2);
+        for (int c = 0; c < column_blocks; ++c)
+          sm90::tma_load_4d(dst + c * kBlockN * 64, map, 64 * c, hk, k_first + tile * kBlockN, batch_coord, &pipe->full[st.stage]);
+        st.advance();
+      };
+      if (tile_begin < tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, tile_begin);
+      for (int tile = tile_begin; tile < tile_end; ++tile) {
+        if (tile + 1 < tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, tile + 1);
+        load_tile(pipeline_v, v_state, smem_v, &maps.v, kColumnBlocksV, tile);
       }
     }
     return;
@@ -127,7 +145,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   // clear of a stage's V tail.
   constexpr uint32_t kConsumerThreads = 256, kTurnBarrier0 = 1, kTurnBarrier1 = 2, kClearBarrier = 3;
 
-  constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDim / 2;
+  constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   float o[kORegs];
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
@@ -140,7 +158,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
   const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
   auto issue_qk = [&](int stage) {
-    const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKVBytes);
+    const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kHeadDim / 16; ++j) {
@@ -154,11 +172,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
   // blocks kBlockN * 128 bytes apart (MN-major).
   auto issue_pv = [&](int stage) {
-    const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kKVBytes);
+    const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
-      sm90::Wgmma<Element, kHeadDim>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+      sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
     sm90::wgmma_commit();
   };
   // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
@@ -170,10 +188,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   auto clear_v_tail = [&](int stage, int tile) {
     const int first = sk - tile * kBlockN;  // first row of the stage past the sequence
     if (!clear_tails || first >= kBlockN) return;
-    const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kKVBytes) + first * 128;
+    const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kVBytes) + first * 128;
     const int bytes = (kBlockN - first) * 128;  // per column block, contiguous from row `first`
 #pragma unroll 1
-    for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocks * bytes; i += 256 * 16) {
+    for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocksV * bytes; i += 256 * 16) {
       const int c = i / bytes;
       sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
     }
@@ -202,8 +220,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
   // tiles. Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
   // arrival meets a sync.
-  const int turns = tile_end - tile_begin + 1;
-  int turn = 0;
   // Barrier ids are constants (a register id would make ptxas reserve all 16 barriers).
   auto begin_turn = [&]() {
     if constexpr (Config::kPingPong) {
@@ -211,11 +227,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
       else sm90::named_barrier_sync(kTurnBarrier1, kConsumerThreads);
     }
   };
-  auto end_turn = [&]() {
+  auto end_turn = [&](bool last) {
     if constexpr (Config::kPingPong) {
-      ++turn;
       if (consumer == 0) sm90::named_barrier_arrive(kTurnBarrier1, kConsumerThreads);
-      else if (turn != turns) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
+      else if (!last) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
     }
   };
 
@@ -224,42 +239,45 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
     if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
     // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
     // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
-    sm90::PipelineState<kStages> state;
-    pipeline->consumer_wait(state);
-    clear_v_tail(state.stage, tile_begin);
+    // Ring states from the tile counter (i = tile - tile_begin: K use i, V use i - 1), not carried.
+    using State = sm90::PipelineState<kStages>;
+    pipeline_k->consumer_wait(State::at(0));
     begin_turn();
-    issue_qk(state.stage);
-    end_turn();
+    issue_qk(State::at(0).stage);
+    end_turn(false);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(s);
+    pipeline_k->consumer_release(State::at(0));
     process_scores(tile_begin);  // O is still 0: its rescale is moot
     pack_p<Element>(p_frag, s);
-    sm90::PipelineState<kStages> prev = state;
-    state.advance();
     for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
-      pipeline->consumer_wait(state);
-      clear_v_tail(state.stage, tile);
+      const State k_state = State::at(tile - tile_begin), v_state = State::at(tile - tile_begin - 1);
+      pipeline_k->consumer_wait(k_state);
+      pipeline_v->consumer_wait(v_state);
+      clear_v_tail(v_state.stage, tile - 1);
       begin_turn();
-      issue_qk(state.stage);
-      issue_pv(prev.stage);
-      end_turn();
+      issue_qk(k_state.stage);
+      issue_pv(v_state.stage);
+      end_turn(false);
       sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
       sm90::fence_accumulators(s);
+      pipeline_k->consumer_release(k_state);
       process_scores(tile);
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(o);
-      pipeline->consumer_release(prev);
+      pipeline_v->consumer_release(v_state);
       rescale_rows(o, rescale);
       pack_p<Element>(p_frag, s);
-      prev = state;
-      state.advance();
     }
+    const State v_state = State::at(tile_end - tile_begin - 1);
+    pipeline_v->consumer_wait(v_state);
+    clear_v_tail(v_state.stage, tile_end - 1);
     begin_turn();
-    issue_pv(prev.stage);
-    end_turn();
+    issue_pv(v_state.stage);
+    end_turn(true);
     sm90::wgmma_wait<0>();
     sm90::fence_accumulators(o);
-    pipeline->consumer_release(prev);
+    pipeline_v->consumer_release(v_state);
   }
 
   // Epilogue: normalise, write O (two elements per store) and the LSE.

@@ -301,6 +301,15 @@ std::vector<AttentionCase> feature_sweep() {
   with([](AttentionCase& c) { c.head_dim = 128; c.varlen_q = {30, 0, 77, 130}; c.varlen_k = {50, 12, 200, 129}; c.causal = true; });
   with([](AttentionCase& c) { c.head_dim = 128; c.seqused_k = {100, 37}; });
   with([](AttentionCase& c) { c.head_dim = 128; c.varlen_q = {40, 70}; c.varlen_k = {60, 190}; c.seqused_k = {45, 131}; });
+  // Large head dims over several key tiles (the FA3 kernels' 80- and 112-key tiles at d256/d192,
+  // three and four column blocks), and d192 with a d128 value.
+  with([](AttentionCase& c) { c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 333; c.causal = true; });
+  with([](AttentionCase& c) { c.head_dim = 256; c.softcap = 2.f; c.window_left = 70; });
+  with([](AttentionCase& c) { c.head_dim = 256; c.varlen_q = {40, 150}; c.varlen_k = {90, 170}; c.seqused_k = {81, 170}; });
+  with([](AttentionCase& c) { c.head_dim = 192; c.head_dim_v = 128; c.seqlen_q = 150; c.seqlen_k = 301; c.causal = true; });
+  with([](AttentionCase& c) { c.head_dim = 192; c.alibi = 1; c.seqused_k = {113, 160}; });
+  with([](AttentionCase& c) { c.head_dim = 192; c.seqlen_k = 250; c.varlen_q = {70, 1}; c.varlen_k = {250, 113}; });
+  with([](AttentionCase& c) { c.head_dim = 96; c.causal = true; c.window_left = 50; });
   return cases;
 }
 

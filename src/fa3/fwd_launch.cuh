@@ -1,0 +1,53 @@
+// Launch of one FA3 forward configuration: the tensor maps of the call, then the kernel. Each
+// fwd_hdim*.cu instantiates the configurations of one head dim (one translation unit each keeps
+// the builds parallel).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "fa3/fwd_kernel.cuh"
+#include "flashattn/flashattn.h"
+
+namespace flashattn::fa3 {
+
+// Tensor maps of q, k, v for kBlockM-row Q boxes and kBlockN-row K/V boxes (fwd_launch.cu).
+Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps);
+
+template <typename Config>
+Status launch(const AttnProblem& p, cudaStream_t stream) {
+  // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
+  const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+  if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
+  FwdMaps maps;
+  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
+  auto kernel = fwd_kernel<Config>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
+  if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
+  kernel<<<dim3(unsigned(row_blocks), unsigned(p.heads_q), unsigned(p.batch)), Config::kThreads, Config::kSmemBytes, stream>>>(
+      maps, p);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: launch: ") + cudaGetErrorString(err));
+  return {};
+}
+
+// The score path and ping-pong of one (head dim, head dim v): general scores (softcap, ALiBi,
+// scale <= 0) run without ping-pong, with kBlockNGeneral keys per tile (their logit stage needs
+// more registers); plain scores with kBlockN and ping-pong unless `pingpong` is false.
+template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN>
+Status launch_head_dim(const AttnProblem& p, cudaStream_t stream, bool pingpong) {
+  constexpr int kStages = 2;
+  if (!p.plain_forward_scores())
+    return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
+  if (pingpong) return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true>>(p, stream);
+  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false>>(p, stream);
+}
+
+// Per head dim (the kernel's, after padding): fwd_hdim64.cu, fwd_hdim128.cu, ...
+Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream, bool pingpong);
+Status fwd_hdim128(const AttnProblem& p, cudaStream_t stream, bool pingpong);
+Status fwd_hdim192(const AttnProblem& p, cudaStream_t stream, bool pingpong);  // head_dim_v 192 or 128
+Status fwd_hdim256(const AttnProblem& p, cudaStream_t stream, bool pingpong);
+
+}  // namespace flashattn::fa3
