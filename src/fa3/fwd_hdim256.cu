@@ -5,9 +5,9 @@
 
 namespace flashattn::fa3 {
 
-Status fwd_hdim256(const AttnProblem& p, cudaStream_t stream, bool pingpong) {
-  return p.dtype == DType::F16 ? launch_head_dim<__half, 256, 256, 80, 64>(p, stream, pingpong)
-                               : launch_head_dim<__nv_bfloat16, 256, 256, 80, 64>(p, stream, pingpong);
+Status fwd_hdim256(const AttnProblem& p, cudaStream_t stream) {
+  return p.dtype == DType::F16 ? launch_head_dim<__half, 256, 256, 80, 64>(p, stream)
+                               : launch_head_dim<__nv_bfloat16, 256, 256, 80, 64>(p, stream);
 }
 
 }  // namespace flashattn::fa3

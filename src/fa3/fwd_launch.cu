@@ -44,6 +44,16 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
   return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
 }
 
+const FwdTuning& fwd_tuning() {
+  static const FwdTuning tuning = [] {
+    FwdTuning t;
+    if (const char* v = std::getenv("FLASHATTN_FA3_PINGPONG"); v != nullptr && std::string(v) == "0") t.pingpong = false;
+    if (const char* v = std::getenv("FLASHATTN_FA3_D128_BLOCKN"); v != nullptr && std::string(v) == "128") t.d128_block_n = 128;
+    return t;
+  }();
+  return tuning;
+}
+
 Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps) {
   const bool varlen = p.lens.cu_seqlens_q != nullptr;
   const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
@@ -63,16 +73,6 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* ma
 }
 
 namespace {
-
-// Ping-pong (both head dims; measured on the H200: +8 % at d128, +1 % at d64, docs/PERF.md).
-// FLASHATTN_FA3_PINGPONG=0 turns it off (tools/gpu/fa3_variants.sh compares). Read once per process.
-bool fwd_pingpong() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHATTN_FA3_PINGPONG");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return on;
-}
 
 // The head dim a call runs at: the next multiple of 64 (validation caps head dims at 256), except
 // that 129..192 runs at 192 (three column blocks).
@@ -101,12 +101,11 @@ Status fwd(const AttnProblem& p, void* stream) {
   if (major != 9) return unsupported("needs an sm90 GPU");
   if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool pingpong = fwd_pingpong();
   switch (kernel_head_dim(p.head_dim)) {
-    case 64: return fwd_hdim64(p, s, pingpong);
-    case 128: return fwd_hdim128(p, s, pingpong);
-    case 192: return fwd_hdim192(p, s, pingpong);
-    default: return fwd_hdim256(p, s, pingpong);
+    case 64: return fwd_hdim64(p, s);
+    case 128: return fwd_hdim128(p, s);
+    case 192: return fwd_hdim192(p, s);
+    default: return fwd_hdim256(p, s);
   }
 }
 

@@ -12,6 +12,15 @@
 
 namespace flashattn::fa3 {
 
+// Measurement knobs, read once per process from the environment (tools/gpu/fa3_variants.sh):
+// FLASHATTN_FA3_PINGPONG=0 turns ping-pong off; FLASHATTN_FA3_D128_BLOCKN=128|144 forces the key
+// tile of unmasked d128 calls (default 144; masked ones take 128).
+struct FwdTuning {
+  bool pingpong = true;
+  int d128_block_n = 144;
+};
+const FwdTuning& fwd_tuning();
+
 // Tensor maps of q, k, v for kBlockM-row Q boxes and kBlockN-row K/V boxes (fwd_launch.cu).
 Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps);
 
@@ -36,8 +45,9 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 // scale <= 0) run without ping-pong, with kBlockNGeneral keys per tile (their logit stage needs
 // more registers); plain scores with kBlockN and ping-pong unless `pingpong` is false.
 template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN>
-Status launch_head_dim(const AttnProblem& p, cudaStream_t stream, bool pingpong) {
+Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;
+  const bool pingpong = fwd_tuning().pingpong;
   if (!p.plain_forward_scores())
     return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
   if (pingpong) return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true>>(p, stream);
@@ -45,9 +55,9 @@ Status launch_head_dim(const AttnProblem& p, cudaStream_t stream, bool pingpong)
 }
 
 // Per head dim (the kernel's, after padding): fwd_hdim64.cu, fwd_hdim128.cu, ...
-Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream, bool pingpong);
-Status fwd_hdim128(const AttnProblem& p, cudaStream_t stream, bool pingpong);
-Status fwd_hdim192(const AttnProblem& p, cudaStream_t stream, bool pingpong);  // head_dim_v 192 or 128
-Status fwd_hdim256(const AttnProblem& p, cudaStream_t stream, bool pingpong);
+Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream);
+Status fwd_hdim128(const AttnProblem& p, cudaStream_t stream);
+Status fwd_hdim192(const AttnProblem& p, cudaStream_t stream);  // head_dim_v 192 or 128
+Status fwd_hdim256(const AttnProblem& p, cudaStream_t stream);
 
 }  // namespace flashattn::fa3
