@@ -1,6 +1,6 @@
 // FlashAttention-3 forward (sm90a): TMA loads on an mbarrier pipeline, wgmma, warp specialisation,
 // intra-warpgroup overlap of softmax with the GEMMs and ping-pong between the consumer warpgroups.
-// Next steps: TMA store of O, persistent scheduling, larger kBlockN at d128, more head dims.
+// Persistent: one CTA per SM walks the work tiles (fwd_scheduler.cuh). Next step: TMA store of O.
 //
 // CTA = 3 warpgroups: warpgroup 0 is the producer (one elected thread issues the TMA loads of Q
 // once and K, V per tile into a kStages ring); warpgroups 1 and 2 are consumers, 64 query rows each
@@ -26,6 +26,7 @@
 #include "common/mask.h"
 #include "common/problem.h"
 #include "common/score.h"
+#include "fa3/fwd_scheduler.cuh"
 #include "fa3/fwd_softmax.cuh"
 
 namespace flashattn::fa3 {
@@ -64,12 +65,16 @@ struct FwdMaps {
 };
 
 template <typename Config>
-__global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_constant__ FwdMaps maps, const AttnProblem p) {
+__global__ void __launch_bounds__(Config::kThreads, 1)
+    fwd_kernel(const __grid_constant__ FwdMaps maps, const AttnProblem p, const FwdGrid grid) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Element = typename Config::Element;
+  using State = sm90::PipelineState<Config::kStages>;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kStages = Config::kStages;
   constexpr int kColumnBlocks = Config::kColumnBlocks, kColumnBlocksV = Config::kColumnBlocksV;
   constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
+  // Each consumer warp releases a stage (after its wgmma wait, so all its lanes are done with it).
+  constexpr uint32_t kConsumerWarps = 8;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Element* smem_q = reinterpret_cast<Element*>(smem);
@@ -80,56 +85,59 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
   // would hold K until P V finishes and leave the next load exposed.
   auto* pipeline_k = reinterpret_cast<sm90::Pipeline<kStages>*>(smem + Config::kQBytes + kStages * (Config::kKBytes + Config::kVBytes));
   auto* pipeline_v = pipeline_k + 1;
+  // Q of the current work tile: full when loaded, empty when both consumers issued their last S.
   uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
-
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int row0 = int(blockIdx.x) * kBlockM;
-  const int sq = int(p.lens.q(b)), sk = int(p.lens.k(b));
-  if (row0 >= sq) return;
-  const int hk = int(p.kv_head(h));
-  const int rows_here = min(kBlockM, sq - row0);
-  const KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
-  const int tile_begin = int(keys.begin / kBlockN);
-  const int tile_end = keys.empty() ? tile_begin : int((keys.end + kBlockN - 1) / kBlockN);
+  uint64_t* q_empty = q_full + 1;
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    pipeline_k->init(2 * 128);  // every consumer thread releases a stage
-    pipeline_v->init(2 * 128);
+    pipeline_k->init(kConsumerWarps);
+    pipeline_v->init(kConsumerWarps);
     sm90::mbarrier_init(q_full, 1);
+    sm90::mbarrier_init(q_empty, kConsumerWarps);
     sm90::fence_barrier_init();
   }
   __syncthreads();
 
+  // Both roles walk the same work tiles; `done` counts this CTA's valid ones (the phase of the Q
+  // barriers) and `uses` the K/V ring uses before the current tile (each key tile is one K and one V).
   if (warpgroup == 0) {  // ---------------------------------------------------------- producer
     sm90::warpgroup_registers_decrease<24>();
     if (threadIdx.x == 0) {
       // Varlen: the maps span all rows (batch extent 1); sequence b starts at row cu_seqlens[b].
       const bool varlen = p.lens.cu_seqlens_q != nullptr;
-      const int q_first = varlen ? p.lens.cu_seqlens_q[b] : 0;
-      const int k_first = varlen ? p.lens.cu_seqlens_k[b] : 0;
-      const int batch_coord = varlen ? 0 : int(b);
-      // A box partly out of bounds (last Q block, last K/V tile) still completes its full byte count
-      // (zero-filled), so the expect-tx counts are constants (verified on the H200).
-      sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);
-      for (int c = 0; c < kColumnBlocks; ++c)
-        sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(h), q_first + row0, batch_coord, q_full);
-      // The consumers need K of tile n + 1 before V of tile n (they issue S_{n+1} then P_n V_n),
-      // so V trails K by one tile: K0, K1, V0, K2, V1, ...
-      sm90::PipelineState<kStages> k_state, v_state;
-      auto load_tile = [&](sm90::Pipeline<kStages>* pipe, sm90::PipelineState<kStages>& st, Element* ring,
-                           const CUtensorMap* map, int column_blocks, int tile) {
-        const int bytes = column_blocks * kBlockN * 128;
-        pipe->producer_acquire(st, bytes);
-        Element* dst = ring + st.stage * (bytes / 2);
-        for (int c = 0; c < column_blocks; ++c)
-          sm90::tma_load_4d(dst + c * kBlockN * 64, map, 64 * c, hk, k_first + tile * kBlockN, batch_coord, &pipe->full[st.stage]);
-        st.advance();
-      };
-      if (tile_begin < tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, tile_begin);
-      for (int tile = tile_begin; tile < tile_end; ++tile) {
-        if (tile + 1 < tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, tile + 1);
-        load_tile(pipeline_v, v_state, smem_v, &maps.v, kColumnBlocksV, tile);
+      State k_state, v_state;
+      uint32_t done = 0;
+      for (int w = blockIdx.x; w < grid.work_tiles; w += gridDim.x) {
+        const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
+        if (!wt.valid) continue;
+        const int q_first = varlen ? p.lens.cu_seqlens_q[wt.b] : 0;
+        const int k_first = varlen ? p.lens.cu_seqlens_k[wt.b] : 0;
+        const int batch_coord = varlen ? 0 : int(wt.b);
+        const int hk = int(p.kv_head(wt.h));
+        // A box partly out of bounds (last Q block, last K/V tile) still completes its full byte
+        // count (zero-filled), so the expect-tx counts are constants (verified on the H200).
+        sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
+        sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);
+        for (int c = 0; c < kColumnBlocks; ++c)
+          sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(wt.h), q_first + wt.row0, batch_coord, q_full);
+        // The consumers need K of tile n + 1 before V of tile n (they issue S_{n+1} then P_n V_n),
+        // so V trails K by one tile: K0, K1, V0, K2, V1, ...
+        auto load_tile = [&](sm90::Pipeline<kStages>* pipe, State& st, Element* ring, const CUtensorMap* map,
+                             int column_blocks, int tile) {
+          const int bytes = column_blocks * kBlockN * 128;
+          pipe->producer_acquire(st, bytes);
+          Element* dst = ring + st.stage * (bytes / 2);
+          for (int c = 0; c < column_blocks; ++c)
+            sm90::tma_load_4d(dst + c * kBlockN * 64, map, 64 * c, hk, k_first + tile * kBlockN, batch_coord, &pipe->full[st.stage]);
+          st.advance();
+        };
+        if (wt.tile_begin < wt.tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, wt.tile_begin);
+        for (int tile = wt.tile_begin; tile < wt.tile_end; ++tile) {
+          if (tile + 1 < wt.tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, tile + 1);
+          load_tile(pipeline_v, v_state, smem_v, &maps.v, kColumnBlocksV, tile);
+        }
+        ++done;
       }
     }
     return;
@@ -137,171 +145,193 @@ __global__ void __launch_bounds__(Config::kThreads, 1) fwd_kernel(const __grid_c
 
   // -------------------------------------------------------------------------------- consumers
   sm90::warpgroup_registers_increase<240>();
-  const int consumer = warpgroup - 1;          // rows consumer * 64 .. + 63 of the block
+  const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  const int warp_row0 = row0 + consumer * 64 + warp * 16;  // this thread's rows: + group, + group + 8
-  const AccumulatorCoords at{warp_row0 + lane / 4, lane % 4};
   // Named barriers among the 256 consumer threads: the ping-pong turns of consumer 0 and 1, and the
   // clear of a stage's V tail.
   constexpr uint32_t kConsumerThreads = 256, kTurnBarrier0 = 1, kTurnBarrier1 = 2, kClearBarrier = 3;
-
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
-  float o[kORegs];
-#pragma unroll
-  for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
-  float s[kSRegs];
-  uint32_t p_frag[kBlockN / 16][4];
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
-
-  // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
   const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
-  auto issue_qk = [&](int stage) {
-    const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKBytes);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 16; ++j) {
-      const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
-      const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
-      sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
-                                                    j > 0);
-    }
-    sm90::wgmma_commit();
+  // A warp's arrival on a stage's (or Q's) empty barrier, once all its lanes are past their wait.
+  auto release = [&](uint64_t* empty) {
+    __syncwarp();
+    if (lane == 0) sm90::mbarrier_arrive(empty);
   };
-  // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
-  // blocks kBlockN * 128 bytes apart (MN-major).
-  auto issue_pv = [&](int stage) {
-    const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
-    sm90::wgmma_fence();
+  uint32_t done = 0;
+  int uses = 0;
+
+  for (int w = blockIdx.x; w < grid.work_tiles; w += gridDim.x) {
+    const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
+    if (!wt.valid) continue;
+    const int b = wt.b, h = wt.h;
+    const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
+    const int warp_row0 = wt.row0 + consumer * 64 + warp * 16;  // this thread's rows: + group, + group + 8
+    const AccumulatorCoords at{warp_row0 + lane / 4, lane % 4};
+
+    float o[kORegs];
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk)
-      sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
-    sm90::wgmma_commit();
-  };
-  // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
-  // seqused_k (rows the caller did not fill) they are in bounds of the map, so the TMA loads real
-  // memory there. P is 0 for them, but 0 * NaN is NaN: the consumers clear those V rows (each
-  // 128-byte row of each column block; the swizzle permutes chunks within a row) before the stage
-  // is used. Dense without seqused_k needs nothing: the rows are out of bounds and zero-filled.
-  const bool clear_tails = p.lens.cu_seqlens_k != nullptr || p.lens.seqused_k != nullptr;
-  auto clear_v_tail = [&](int stage, int tile) {
-    const int first = sk - tile * kBlockN;  // first row of the stage past the sequence
-    if (!clear_tails || first >= kBlockN) return;
-    const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kVBytes) + first * 128;
-    const int bytes = (kBlockN - first) * 128;  // per column block, contiguous from row `first`
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+    float s[kSRegs];
+    uint32_t p_frag[kBlockN / 16][4];
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
+
+    // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
+    auto issue_qk = [&](int stage) {
+      const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKBytes);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 16; ++j) {
+        const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
+        const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
+        sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
+                                                      j > 0);
+      }
+      sm90::wgmma_commit();
+    };
+    // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
+    // blocks kBlockN * 128 bytes apart (MN-major).
+    auto issue_pv = [&](int stage) {
+      const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128),
+                                                        1);
+      sm90::wgmma_commit();
+    };
+    // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
+    // seqused_k (rows the caller did not fill) they are in bounds of the map, so the TMA loads real
+    // memory there. P is 0 for them, but 0 * NaN is NaN: the consumers clear those V rows (each
+    // 128-byte row of each column block; the swizzle permutes chunks within a row) before the stage
+    // is used. Dense without seqused_k needs nothing: the rows are out of bounds and zero-filled.
+    auto clear_v_tail = [&](int stage, int tile) {
+      const bool clear_tails = p.lens.cu_seqlens_k != nullptr || p.lens.seqused_k != nullptr;
+      const int first = sk - tile * kBlockN;  // first row of the stage past the sequence
+      if (!clear_tails || first >= kBlockN) return;
+      const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kVBytes) + first * 128;
+      const int bytes = (kBlockN - first) * 128;  // per column block, contiguous from row `first`
 #pragma unroll 1
-    for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocksV * bytes; i += 256 * 16) {
-      const int c = i / bytes;
-      sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
-    }
-    sm90::fence_async_shared();  // the generic-proxy stores, before wgmma reads the stage
-    sm90::named_barrier_sync(kClearBarrier, kConsumerThreads);
-  };
+      for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocksV * bytes; i += 256 * 16) {
+        const int c = i / bytes;
+        sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
+      }
+      sm90::fence_async_shared();  // the generic-proxy stores, before wgmma reads the stage
+      sm90::named_barrier_sync(kClearBarrier, kConsumerThreads);
+    };
 
-  // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
-  // the compiler predicates the per-element compares into every tile.
-  auto process_scores = [&](int tile) {
-    const int key0 = tile * kBlockN;
-    scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
-    if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
-      softmax_update(s, row_max, row_sum, scale_log2, rescale);
-    } else {
-      mask_scores(s, p.mask, at, key0, sq, sk);
-      softmax_update(s, row_max, row_sum, scale_log2, rescale);
-    }
-    // Pins the softmax before the wait that follows: otherwise it may be scheduled after it, and
-    // would no longer overlap the P V wgmmas.
-    sm90::fence_accumulators(s);
-  };
-
-  // Ping-pong: the two consumer warpgroups take turns issuing their wgmmas (kTurnBarrier0/1),
-  // so one's softmax runs while the other's GEMMs hold the tensor cores. A turn is one issue point
-  // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
-  // tiles. Warpgroup 1 opens warpgroup 0's first turn and skips its own last hand-over, so every
-  // arrival meets a sync.
-  // Barrier ids are constants (a register id would make ptxas reserve all 16 barriers).
-  auto begin_turn = [&]() {
-    if constexpr (Config::kPingPong) {
-      if (consumer == 0) sm90::named_barrier_sync(kTurnBarrier0, kConsumerThreads);
-      else sm90::named_barrier_sync(kTurnBarrier1, kConsumerThreads);
-    }
-  };
-  auto end_turn = [&](bool last) {
-    if constexpr (Config::kPingPong) {
-      if (consumer == 0) sm90::named_barrier_arrive(kTurnBarrier1, kConsumerThreads);
-      else if (!last) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
-    }
-  };
-
-  sm90::mbarrier_wait(q_full, 0);
-  if (tile_begin < tile_end) {
-    if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
-    // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
-    // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
-    // Ring states from the tile counter (i = tile - tile_begin: K use i, V use i - 1), not carried.
-    using State = sm90::PipelineState<kStages>;
-    pipeline_k->consumer_wait(State::at(0));
-    begin_turn();
-    issue_qk(State::at(0).stage);
-    end_turn(false);
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(s);
-    pipeline_k->consumer_release(State::at(0));
-    process_scores(tile_begin);  // O is still 0: its rescale is moot
-    pack_p<Element>(p_frag, s);
-    for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
-      const State k_state = State::at(tile - tile_begin), v_state = State::at(tile - tile_begin - 1);
-      pipeline_k->consumer_wait(k_state);
-      pipeline_v->consumer_wait(v_state);
-      clear_v_tail(v_state.stage, tile - 1);
-      begin_turn();
-      issue_qk(k_state.stage);
-      issue_pv(v_state.stage);
-      end_turn(false);
-      sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
+    // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
+    // the compiler predicates the per-element compares into every tile.
+    auto process_scores = [&](int tile) {
+      const int key0 = tile * kBlockN;
+      scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
+      if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+      } else {
+        mask_scores(s, p.mask, at, key0, sq, sk);
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+      }
+      // Pins the softmax before the wait that follows: otherwise it may be scheduled after it, and
+      // would no longer overlap the P V wgmmas.
       sm90::fence_accumulators(s);
-      pipeline_k->consumer_release(k_state);
-      process_scores(tile);
+    };
+
+    // Ping-pong: the two consumer warpgroups take turns issuing their wgmmas (kTurnBarrier0/1),
+    // so one's softmax runs while the other's GEMMs hold the tensor cores. A turn is one issue point
+    // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
+    // tiles. Per work tile, warpgroup 1 opens warpgroup 0's first turn and skips its own last
+    // hand-over, so every arrival meets a sync.
+    // Barrier ids are constants (a register id would make ptxas reserve all 16 barriers).
+    auto begin_turn = [&]() {
+      if constexpr (Config::kPingPong) {
+        if (consumer == 0) sm90::named_barrier_sync(kTurnBarrier0, kConsumerThreads);
+        else sm90::named_barrier_sync(kTurnBarrier1, kConsumerThreads);
+      }
+    };
+    auto end_turn = [&](bool last) {
+      if constexpr (Config::kPingPong) {
+        if (consumer == 0) sm90::named_barrier_arrive(kTurnBarrier1, kConsumerThreads);
+        else if (!last) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
+      }
+    };
+
+    sm90::mbarrier_wait(q_full, done & 1u);
+    if (tile_begin < tile_end) {
+      if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
+      // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
+      // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
+      // Ring states from counters (K use uses + i, V use uses + i - 1 for i = tile - tile_begin).
+      const State first = State::at(uses);
+      pipeline_k->consumer_wait(first);
+      begin_turn();
+      issue_qk(first.stage);
+      end_turn(false);
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(s);
+      release(&pipeline_k->empty[first.stage]);
+      process_scores(tile_begin);  // O is still 0: its rescale is moot
+      pack_p<Element>(p_frag, s);
+      for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
+        const int use = uses + tile - tile_begin;
+        const State k_state = State::at(use), v_state = State::at(use - 1);
+        pipeline_k->consumer_wait(k_state);
+        pipeline_v->consumer_wait(v_state);
+        clear_v_tail(v_state.stage, tile - 1);
+        begin_turn();
+        issue_qk(k_state.stage);
+        issue_pv(v_state.stage);
+        end_turn(false);
+        sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
+        sm90::fence_accumulators(s);
+        release(&pipeline_k->empty[k_state.stage]);
+        process_scores(tile);
+        sm90::wgmma_wait<0>();
+        sm90::fence_accumulators(o);
+        release(&pipeline_v->empty[v_state.stage]);
+        rescale_rows(o, rescale);
+        pack_p<Element>(p_frag, s);
+      }
+      // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
+      release(q_empty);
+      const State v_state = State::at(uses + tile_end - tile_begin - 1);
+      pipeline_v->consumer_wait(v_state);
+      clear_v_tail(v_state.stage, tile_end - 1);
+      begin_turn();
+      issue_pv(v_state.stage);
+      end_turn(true);
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(o);
-      pipeline_v->consumer_release(v_state);
-      rescale_rows(o, rescale);
-      pack_p<Element>(p_frag, s);
+      release(&pipeline_v->empty[v_state.stage]);
+      uses += tile_end - tile_begin;
+    } else {
+      release(q_empty);
     }
-    const State v_state = State::at(tile_end - tile_begin - 1);
-    pipeline_v->consumer_wait(v_state);
-    clear_v_tail(v_state.stage, tile_end - 1);
-    begin_turn();
-    issue_pv(v_state.stage);
-    end_turn(true);
-    sm90::wgmma_wait<0>();
-    sm90::fence_accumulators(o);
-    pipeline_v->consumer_release(v_state);
-  }
+    ++done;
 
-  // Epilogue: normalise, write O (two elements per store) and the LSE.
-  Element* out = static_cast<Element*>(p.out.data);
+    // Epilogue: normalise, write O (two elements per store) and the LSE.
+    Element* out = static_cast<Element*>(p.out.data);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const bool empty = row_max[r] == -INFINITY || sum == 0.f;
-    const float inv = empty ? 0.f : 1.f / sum;
-    const int row = at.row0 + 8 * r;
-    if (row >= sq) continue;
-    Element* out_row = out + p.out.offset(b, row, h);
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const bool empty = row_max[r] == -INFINITY || sum == 0.f;
+      const float inv = empty ? 0.f : 1.f / sum;
+      const int row = at.row0 + 8 * r;
+      if (row >= sq) continue;
+      Element* out_row = out + p.out.offset(b, row, h);
 #pragma unroll
-    for (int i = 0; i < kORegs; i += 4) {
-      const int col = 8 * (i / 4) + 2 * at.quad;
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
+      for (int i = 0; i < kORegs; i += 4) {
+        const int col = 8 * (i / 4) + 2 * at.quad;
+        if (col < p.head_dim_v)
+          *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
+      }
+      // The running max is in the score units of the softmax (see fwd_softmax.cuh): scale_log2 /
+      // log2(e) converts it to a natural-log logit.
+      if (at.quad == 0 && p.lse.defined())
+        p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] * (scale_log2 / kLog2e) + logf(sum);
     }
-    // The running max is in the score units of the softmax (see fwd_softmax.cuh): scale_log2 / log2(e)
-    // converts it to a natural-log logit.
-    if (at.quad == 0 && p.lse.defined())
-      p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] * (scale_log2 / kLog2e) + logf(sum);
   }
 #endif
 }

@@ -54,6 +54,15 @@ const FwdTuning& fwd_tuning() {
   return tuning;
 }
 
+int sm_count() {
+  // A host-side attribute lookup (no driver round trip), cheap enough per launch.
+  int device = 0, n = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      n <= 0)
+    return 132;
+  return n;
+}
+
 Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps) {
   const bool varlen = p.lens.cu_seqlens_q != nullptr;
   const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
@@ -90,7 +99,9 @@ Status check(const AttnProblem& p) {
     return unsupported("takes (batch, seqlen, heads, dim) or varlen tensors (no KV cache or pages yet)");
   if (p.dropout_p > 0.f) return unsupported("has no dropout");
   if (p.num_splits > 1) return unsupported("has no split-KV yet");
-  if (p.batch > 65535 || p.heads_q > 65535) return unsupported("at most 65535 sequences and heads");
+  // The persistent scheduler numbers work tiles (64-row blocks at most) in 32 bits.
+  if ((p.lens.seqlen_q + 63) / 64 * p.heads_q * p.batch >= (int64_t(1) << 31))
+    return unsupported("at most 2^31 (64-row block, head, sequence) work tiles");
   return {};
 }
 

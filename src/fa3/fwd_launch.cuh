@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "fa3/fwd_kernel.cuh"
@@ -21,6 +22,9 @@ struct FwdTuning {
 };
 const FwdTuning& fwd_tuning();
 
+// Multiprocessors of the current device (fwd_launch.cu).
+int sm_count();
+
 // Tensor maps of q, k, v for kBlockM-row Q boxes and kBlockN-row K/V boxes (fwd_launch.cu).
 Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps);
 
@@ -29,13 +33,15 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
+  const FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch)};
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
   auto kernel = fwd_kernel<Config>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
-  kernel<<<dim3(unsigned(row_blocks), unsigned(p.heads_q), unsigned(p.batch)), Config::kThreads, Config::kSmemBytes, stream>>>(
-      maps, p);
+  // Persistent: one CTA per SM (the kernel uses nearly all of an SM's shared memory).
+  const int64_t ctas = std::min<int64_t>(grid.work_tiles, sm_count());
+  kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: launch: ") + cudaGetErrorString(err));
   return {};
