@@ -48,7 +48,8 @@ const FwdTuning& fwd_tuning() {
   static const FwdTuning tuning = [] {
     FwdTuning t;
     if (const char* v = std::getenv("FLASHATTN_FA3_PINGPONG"); v != nullptr && std::string(v) == "0") t.pingpong = false;
-    if (const char* v = std::getenv("FLASHATTN_FA3_D128_BLOCKN"); v != nullptr && std::string(v) == "128") t.d128_block_n = 128;
+    if (const char* v = std::getenv("FLASHATTN_FA3_D128_BLOCKN"); v != nullptr && (std::string(v) == "128" || std::string(v) == "144"))
+      t.d128_block_n = std::stoi(v);
     return t;
   }();
   return tuning;

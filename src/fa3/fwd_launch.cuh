@@ -15,10 +15,10 @@ namespace flashattn::fa3 {
 
 // Measurement knobs, read once per process from the environment (tools/gpu/fa3_variants.sh):
 // FLASHATTN_FA3_PINGPONG=0 turns ping-pong off; FLASHATTN_FA3_D128_BLOCKN=128|144 forces the key
-// tile of unmasked d128 calls (default 144; masked ones take 128).
+// tile of unmasked d128 calls (0 = chosen by seqlen_k, fwd_hdim128.cu; masked ones take 128).
 struct FwdTuning {
   bool pingpong = true;
-  int d128_block_n = 144;
+  int d128_block_n = 0;
 };
 const FwdTuning& fwd_tuning();
 
@@ -39,8 +39,14 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Config>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
-  // Persistent: one CTA per SM (the kernel uses nearly all of an SM's shared memory).
-  const int64_t ctas = std::min<int64_t>(grid.work_tiles, sm_count());
+  // Dense unmasked calls run persistent, one CTA per SM (the kernel fills an SM's shared memory):
+  // their tiles are all alike, so a static stride balances. Causal/windowed or varlen tiles vary
+  // in length and a static stride does not balance them (measured: causal d128 at 16k fell from
+  // 571 to 400 TFLOP/s); there every CTA takes one tile and the hardware hands them out as SMs
+  // free up, longest first (work_tile's order).
+  const bool uniform_tiles = p.mask.window_left < 0 && p.mask.window_right < 0 && p.lens.cu_seqlens_q == nullptr &&
+                             p.lens.seqused_k == nullptr;
+  const int64_t ctas = uniform_tiles ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
   kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: launch: ") + cudaGetErrorString(err));

@@ -1,7 +1,7 @@
-// Work of the persistent FA3 forward: the grid is at most one CTA per SM and each CTA walks the
-// work tiles blockIdx.x, blockIdx.x + gridDim.x, ...; a work tile is one kBlockM-row block of one
-// (sequence, query head). While the consumers finish one tile (last P V, epilogue), the producer
-// already loads the next tile's Q and K, which a fresh CTA per tile could not overlap.
+// Work of the FA3 forward: each CTA walks the work tiles blockIdx.x, blockIdx.x + gridDim.x, ...;
+// a work tile is one kBlockM-row block of one (sequence, query head). Persistent launches (one CTA
+// per SM) overlap the next tile's Q and K loads with the last P V and the epilogue of the current
+// one; with a CTA per tile (gridDim.x = work_tiles) the loop runs once.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA3 forward over the peers grid in its
 # measurement variants (fwd_launch.cuh FwdTuning) beside torch SDPA's flash and cuDNN backends from
-# the same run. Variants: default; pp0 = ping-pong off; n128 = d128 key tile 128 instead of 144.
+# the same run. Variants: default; pp0 = ping-pong off; n128 / n144 = d128 key tile forced to 128 / 144.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -13,7 +13,7 @@ if grep -q '^FLASHATTN_HANG_TRAP:BOOL=ON' "$root/build-gpu/CMakeCache.txt"; then
   echo "build-gpu/ has the mbarrier hang trap (it spills): rebuild without it first" >&2
   exit 1
 fi
-variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "n128:FLASHATTN_FA3_D128_BLOCKN=128")
+variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "n128:FLASHATTN_FA3_D128_BLOCKN=128" "n144:FLASHATTN_FA3_D128_BLOCKN=144")
 jsons=()
 for v in "${variants[@]}"; do
   name="${v%%:*}" setting="${v#*:}"

@@ -6,6 +6,7 @@
 
 #include "attention_case.h"
 #include "device_mirror.h"
+#include "forward_race.h"
 #include "gpu_test_util.h"
 
 namespace flashattn::test {
@@ -45,30 +46,7 @@ TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   c.heads_k = 2;
   c.head_dim = 128;
   c.causal = true;
-  AttentionRun run(c);
-  HostTensor out(c.dtype, {2, 1000, 8, 128}), lse(DType::F32, {2, 8, 1000});
-  gpu_test::DeviceMirror m;
-  FwdParams d = run.fwd_params(out.view(), lse.view(), Backend::Fa2);
-  d.q = m.upload(d.q);
-  d.k = m.upload(d.k);
-  d.v = m.upload(d.v);
-  d.out = m.output(d.out);
-  d.softmax_lse = m.output(d.softmax_lse);
-  std::vector<uint8_t> first_out, first_lse;
-  for (int rep = 0; rep < 100; ++rep) {
-    CUDA_CHECK(cudaMemset(d.out.data, 0xff, size_t(out.numel()) * 2));
-    ASSERT_TRUE(fwd(d).ok());
-    m.download();
-    std::vector<uint8_t> o(static_cast<const uint8_t*>(out.data()), static_cast<const uint8_t*>(out.data()) + out.numel() * 2);
-    std::vector<uint8_t> l(static_cast<const uint8_t*>(lse.data()), static_cast<const uint8_t*>(lse.data()) + lse.numel() * 4);
-    if (rep == 0) {
-      first_out = o;
-      first_lse = l;
-      continue;
-    }
-    ASSERT_EQ(first_out, o) << "run " << rep;
-    ASSERT_EQ(first_lse, l) << "run " << rep;
-  }
+  expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
 }
 
 }  // namespace

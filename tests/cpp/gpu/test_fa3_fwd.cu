@@ -6,6 +6,7 @@
 
 #include "attention_case.h"
 #include "device_mirror.h"
+#include "forward_race.h"
 #include "gpu_test_util.h"
 
 namespace flashattn::test {
@@ -41,6 +42,61 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()),
                          [](const ::testing::TestParamInfo<AttentionCase>& info) {
                            return param_test_name(info.index, info.param.name());
                          });
+
+// More work tiles than SMs: a dense unmasked call runs persistent CTAs that each take several
+// tiles (the Q buffer and the K/V rings carry over from one tile to the next).
+std::vector<AttentionCase> persistent_cases() {
+  std::vector<AttentionCase> cases;
+  for (auto [d, dv] : {std::pair{64, 64}, std::pair{128, 128}, std::pair{192, 128}, std::pair{192, 192}, std::pair{256, 256}}) {
+    AttentionCase c;
+    c.batch = 3;
+    c.heads_q = 24;
+    c.heads_k = 6;
+    c.seqlen_q = 300;  // 3 row blocks: 216 work tiles, the last block ragged
+    c.seqlen_k = 700;
+    c.head_dim = d;
+    c.head_dim_v = dv;
+    cases.push_back(c);
+  }
+  AttentionCase f16 = cases[1];
+  f16.dtype = DType::F16;
+  f16.seqlen_k = 2304;  // a multiple of 144: the wide d128 tile
+  cases.push_back(f16);
+  return cases;
+}
+
+class Fa3ForwardPersistent : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3ForwardPersistent, MatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
+  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
+  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return param_test_name(info.index, info.param.name());
+                         });
+
+// A race shows as results that move between runs: once persistent (several tiles per CTA, the
+// 144-key tile), once causal (a CTA per tile).
+TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
+  SKIP_WITHOUT_SM90();
+  AttentionCase c;
+  c.batch = 2;
+  c.seqlen_q = 1000;
+  c.seqlen_k = 2304;
+  c.heads_q = 16;
+  c.heads_k = 4;
+  c.head_dim = 128;
+  expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
+  c.causal = true;
+  c.seqlen_k = 1500;
+  expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
+}
 
 }  // namespace
 }  // namespace flashattn::test
