@@ -2,9 +2,9 @@
 // intra-warpgroup overlap of softmax with the GEMMs and ping-pong between the consumer warpgroups.
 // Persistent: one CTA per SM walks the work tiles (fwd_scheduler.cuh). Next step: TMA store of O.
 //
-// CTA = 3 warpgroups: warpgroup 0 is the producer (one elected thread issues the TMA loads of Q
-// once and K, V per tile into a kStages ring); warpgroups 1 and 2 are consumers, 64 query rows each
-// (kBlockM = 128). Shared memory holds every tile as 64-element (128-byte) column blocks in the
+// CTA = 1 + kConsumers warpgroups: warpgroup 0 is the producer (one thread issues the TMA loads of
+// Q per work tile and K, V per key tile into kStages rings); warpgroups 1.. are consumers, 64 query
+// rows each (kBlockM = 64 kConsumers). Shared memory holds every tile as 64-element (128-byte) column blocks in the
 // 128-byte swizzle the TMA writes: Q [d/64][128 rows][64], K and V [stage][d/64][kBlockN][64].
 // A consumer computes S = Q K^T (wgmma, both operands in shared memory, K-major), the masked online
 // softmax in registers, then O += P V with P as the register A operand and V MN-major.
@@ -31,10 +31,18 @@
 
 namespace flashattn::fa3 {
 
-template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_>
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_,
+          int kConsumers_ = 2>
 struct FwdConfig {
-  // The two consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
+  // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
+  // Consumer warpgroups of 64 rows each: 2, or 3 for d64 (FA3's 192-row tile: at d64 the GEMMs
+  // are short, and a third warpgroup keeps the tensor cores fed while two do their softmax).
+  static constexpr int kConsumers = kConsumers_;
+  // setmaxnreg split of the 64K registers: producer 24 + 2 x 240, or 32 + 3 x 160.
+  static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
   using Element = Element_;
   // Not AttnProblem::plain_forward_scores() (softcap, ALiBi or scale <= 0): the logit stage runs per
   // element (fwd_softmax.cuh); else the scale is folded into exp2 and full tiles run straight-line code.
@@ -44,10 +52,10 @@ struct FwdConfig {
   // up to head_dim_v.
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr int kBlockM = 128;         // two consumer warpgroups of 64 rows
+  static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  static constexpr int kThreads = 384;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kColumnBlocks = kHeadDim / 64, kColumnBlocksV = kHeadDimV / 64;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;   // one stage
@@ -74,7 +82,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   constexpr int kColumnBlocks = Config::kColumnBlocks, kColumnBlocksV = Config::kColumnBlocksV;
   constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
   // Each consumer warp releases a stage (after its wgmma wait, so all its lanes are done with it).
-  constexpr uint32_t kConsumerWarps = 8;
+  constexpr uint32_t kConsumerWarps = 4 * Config::kConsumers;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Element* smem_q = reinterpret_cast<Element*>(smem);
@@ -102,7 +110,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // Both roles walk the same work tiles; `done` counts this CTA's valid ones (the phase of the Q
   // barriers) and `uses` the K/V ring uses before the current tile (each key tile is one K and one V).
   if (warpgroup == 0) {  // ---------------------------------------------------------- producer
-    sm90::warpgroup_registers_decrease<24>();
+    sm90::warpgroup_registers_decrease<Config::kProducerRegisters>();
     if (threadIdx.x == 0) {
       // Varlen: the maps span all rows (batch extent 1); sequence b starts at row cu_seqlens[b].
       const bool varlen = p.lens.cu_seqlens_q != nullptr;
@@ -144,12 +152,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
 
   // -------------------------------------------------------------------------------- consumers
-  sm90::warpgroup_registers_increase<240>();
+  sm90::warpgroup_registers_increase<Config::kConsumerRegisters>();
   const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  // Named barriers among the 256 consumer threads: the ping-pong turns of consumer 0 and 1, and the
-  // clear of a stage's V tail.
-  constexpr uint32_t kConsumerThreads = 256, kTurnBarrier0 = 1, kTurnBarrier1 = 2, kClearBarrier = 3;
+  // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
+  // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
+  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = 1, kTurnBarrier = 2;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
@@ -213,7 +221,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kVBytes) + first * 128;
       const int bytes = (kBlockN - first) * 128;  // per column block, contiguous from row `first`
 #pragma unroll 1
-      for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocksV * bytes; i += 256 * 16) {
+      for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocksV * bytes; i += int(kConsumerThreads) * 16) {
         const int c = i / bytes;
         sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
       }
@@ -237,28 +245,37 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       sm90::fence_accumulators(s);
     };
 
-    // Ping-pong: the two consumer warpgroups take turns issuing their wgmmas (kTurnBarrier0/1),
-    // so one's softmax runs while the other's GEMMs hold the tensor cores. A turn is one issue point
+    // Ping-pong: the consumer warpgroups take turns issuing their wgmmas, in a ring (0, 1, .., 0),
+    // so one's softmax runs while another's GEMMs hold the tensor cores. A turn is one issue point
     // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
-    // tiles. Per work tile, warpgroup 1 opens warpgroup 0's first turn and skips its own last
-    // hand-over, so every arrival meets a sync.
-    // Barrier ids are constants (a register id would make ptxas reserve all 16 barriers).
+    // tiles. Consumer c waits on barrier kTurnBarrier + c and hands over to c + 1. Per work tile
+    // the last consumer opens consumer 0's first turn and skips its own last hand-over, so every
+    // arrival meets a sync. Barrier ids are constants (a register id would make ptxas reserve all
+    // 16 barriers).
+    constexpr uint32_t kTurnThreads = 256;  // the warpgroup handing over + the one taking the turn
+    constexpr int kLastConsumer = Config::kConsumers - 1;
+    auto hand_over_to = [&](int next) {
+      if (next == 0) sm90::named_barrier_arrive(kTurnBarrier + 0, kTurnThreads);
+      else if (next == 1) sm90::named_barrier_arrive(kTurnBarrier + 1, kTurnThreads);
+      else sm90::named_barrier_arrive(kTurnBarrier + 2, kTurnThreads);
+    };
     auto begin_turn = [&]() {
       if constexpr (Config::kPingPong) {
-        if (consumer == 0) sm90::named_barrier_sync(kTurnBarrier0, kConsumerThreads);
-        else sm90::named_barrier_sync(kTurnBarrier1, kConsumerThreads);
+        if (consumer == 0) sm90::named_barrier_sync(kTurnBarrier + 0, kTurnThreads);
+        else if (consumer == 1) sm90::named_barrier_sync(kTurnBarrier + 1, kTurnThreads);
+        else sm90::named_barrier_sync(kTurnBarrier + 2, kTurnThreads);
       }
     };
     auto end_turn = [&](bool last) {
       if constexpr (Config::kPingPong) {
-        if (consumer == 0) sm90::named_barrier_arrive(kTurnBarrier1, kConsumerThreads);
-        else if (!last) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
+        if (consumer != kLastConsumer) hand_over_to(consumer + 1);
+        else if (!last) hand_over_to(0);
       }
     };
 
     sm90::mbarrier_wait(q_full, done & 1u);
     if (tile_begin < tile_end) {
-      if (Config::kPingPong && consumer == 1) sm90::named_barrier_arrive(kTurnBarrier0, kConsumerThreads);
+      if (Config::kPingPong && consumer == kLastConsumer) hand_over_to(0);
       // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
       // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
       // Ring states from counters (K use uses + i, V use uses + i - 1 for i = tile - tile_begin).

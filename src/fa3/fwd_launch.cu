@@ -50,6 +50,7 @@ const FwdTuning& fwd_tuning() {
     if (const char* v = std::getenv("FLASHATTN_FA3_PINGPONG"); v != nullptr && std::string(v) == "0") t.pingpong = false;
     if (const char* v = std::getenv("FLASHATTN_FA3_D128_BLOCKN"); v != nullptr && (std::string(v) == "128" || std::string(v) == "144"))
       t.d128_block_n = std::stoi(v);
+    if (const char* v = std::getenv("FLASHATTN_FA3_D64_CONSUMERS"); v != nullptr && std::string(v) == "2") t.d64_consumers = 2;
     return t;
   }();
   return tuning;

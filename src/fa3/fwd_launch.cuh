@@ -15,10 +15,12 @@ namespace flashattn::fa3 {
 
 // Measurement knobs, read once per process from the environment (tools/gpu/fa3_variants.sh):
 // FLASHATTN_FA3_PINGPONG=0 turns ping-pong off; FLASHATTN_FA3_D128_BLOCKN=128|144 forces the key
-// tile of unmasked d128 calls (0 = chosen by seqlen_k, fwd_hdim128.cu; masked ones take 128).
+// tile of unmasked d128 calls (0 = chosen by seqlen_k, fwd_hdim128.cu; masked ones take 128);
+// FLASHATTN_FA3_D64_CONSUMERS=2 runs d64 with two consumer warpgroups instead of three.
 struct FwdTuning {
   bool pingpong = true;
   int d128_block_n = 0;
+  int d64_consumers = 3;
 };
 const FwdTuning& fwd_tuning();
 
@@ -56,14 +58,15 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 // The score path and ping-pong of one (head dim, head dim v): general scores (softcap, ALiBi,
 // scale <= 0) run without ping-pong, with kBlockNGeneral keys per tile (their logit stage needs
 // more registers); plain scores with kBlockN and ping-pong unless `pingpong` is false.
-template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN>
+// Plain scores run kPlainConsumers consumer warpgroups; general ones always two (240 registers).
+template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;
   const bool pingpong = fwd_tuning().pingpong;
   if (!p.plain_forward_scores())
     return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
-  if (pingpong) return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true>>(p, stream);
-  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false>>(p, stream);
+  if (pingpong) return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers>>(p, stream);
+  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers>>(p, stream);
 }
 
 // Per head dim (the kernel's, after padding): fwd_hdim64.cu, fwd_hdim128.cu, ...

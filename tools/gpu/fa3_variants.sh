@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA3 forward over the peers grid in its
 # measurement variants (fwd_launch.cuh FwdTuning) beside torch SDPA's flash and cuDNN backends from
-# the same run. Variants: default; pp0 = ping-pong off; n128 / n144 = d128 key tile forced to 128 / 144.
+# the same run. Variants: default; pp0 = ping-pong off; n128 / n144 = d128 key tile forced to 128 / 144;
+# c2 = d64 with two consumer warpgroups. FA3_VARIANTS="default c2" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -13,10 +14,13 @@ if grep -q '^FLASHATTN_HANG_TRAP:BOOL=ON' "$root/build-gpu/CMakeCache.txt"; then
   echo "build-gpu/ has the mbarrier hang trap (it spills): rebuild without it first" >&2
   exit 1
 fi
-variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "n128:FLASHATTN_FA3_D128_BLOCKN=128" "n144:FLASHATTN_FA3_D128_BLOCKN=144")
+variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "n128:FLASHATTN_FA3_D128_BLOCKN=128" "n144:FLASHATTN_FA3_D128_BLOCKN=144"
+  "c2:FLASHATTN_FA3_D64_CONSUMERS=2")
+wanted=" ${FA3_VARIANTS:-default pp0 n128 n144 c2} "
 jsons=()
 for v in "${variants[@]}"; do
   name="${v%%:*}" setting="${v#*:}"
+  [[ "$wanted" == *" $name "* ]] || continue
   # shellcheck disable=SC2086  # setting is empty or one NAME=VALUE word
   env $setting "$bench" --backend fa3 --grid peers --direction fwd --json "$logdir/$name.json" >"$logdir/$name.txt"
   # join.py names columns by backend: give each variant its own.

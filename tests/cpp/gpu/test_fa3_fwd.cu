@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <tuple>
 
 #include "attention_case.h"
 #include "device_mirror.h"
@@ -81,21 +82,22 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persist
                            return param_test_name(info.index, info.param.name());
                          });
 
-// A race shows as results that move between runs: once persistent (several tiles per CTA, the
-// 144-key tile), once causal (a CTA per tile).
+// A race shows as results that move between runs: persistent (several tiles per CTA) at d128
+// (the 144-key tile) and d64 (three consumer warpgroups), and causal (a CTA per tile).
 TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
-  AttentionCase c;
-  c.batch = 2;
-  c.seqlen_q = 1000;
-  c.seqlen_k = 2304;
-  c.heads_q = 16;
-  c.heads_k = 4;
-  c.head_dim = 128;
-  expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
-  c.causal = true;
-  c.seqlen_k = 1500;
-  expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
+  for (auto [d, causal, sk] : {std::tuple{128, false, 2304}, std::tuple{64, false, 2304}, std::tuple{128, true, 1500}}) {
+    AttentionCase c;
+    c.batch = 2;
+    c.seqlen_q = 1000;
+    c.seqlen_k = sk;
+    c.heads_q = 16;
+    c.heads_k = 4;
+    c.head_dim = d;
+    c.causal = causal;
+    SCOPED_TRACE(c.name());
+    expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
+  }
 }
 
 }  // namespace
