@@ -44,13 +44,13 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
   return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
 }
 
-const FwdTuning& fwd_tuning() {
-  static const FwdTuning tuning = [] {
+FwdTuning& fwd_tuning() {
+  static FwdTuning tuning = [] {
     FwdTuning t;
-    if (const char* v = std::getenv("FLASHATTN_FA3_PINGPONG"); v != nullptr && std::string(v) == "0") t.pingpong = false;
-    if (const char* v = std::getenv("FLASHATTN_FA3_D128_BLOCKN"); v != nullptr && (std::string(v) == "128" || std::string(v) == "144"))
-      t.d128_block_n = std::stoi(v);
-    if (const char* v = std::getenv("FLASHATTN_FA3_D64_CONSUMERS"); v != nullptr && std::string(v) == "2") t.d64_consumers = 2;
+    auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v != nullptr ? v : ""); };
+    if (env("FLASHATTN_FA3_PINGPONG") == "0") t.pingpong = false;
+    if (const std::string v = env("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
+    if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144") t.d128_block_n = std::stoi(v);
     return t;
   }();
   return tuning;

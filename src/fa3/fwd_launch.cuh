@@ -9,20 +9,11 @@
 #include <string>
 
 #include "fa3/fwd_kernel.cuh"
+#include "fa3/fwd_tuning.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
 
-// Measurement knobs, read once per process from the environment (tools/gpu/fa3_variants.sh):
-// FLASHATTN_FA3_PINGPONG=0 turns ping-pong off; FLASHATTN_FA3_D128_BLOCKN=128|144 forces the key
-// tile of unmasked d128 calls (0 = chosen by seqlen_k, fwd_hdim128.cu; masked ones take 128);
-// FLASHATTN_FA3_D64_CONSUMERS=2 runs d64 with two consumer warpgroups instead of three.
-struct FwdTuning {
-  bool pingpong = true;
-  int d128_block_n = 0;
-  int d64_consumers = 3;
-};
-const FwdTuning& fwd_tuning();
 
 // Multiprocessors of the current device (fwd_launch.cu).
 int sm_count();

@@ -7,6 +7,7 @@
 
 #include "attention_case.h"
 #include "device_mirror.h"
+#include "fa3/fwd_tuning.h"
 #include "forward_race.h"
 #include "gpu_test_util.h"
 
@@ -40,6 +41,39 @@ TEST_P(Fa3Forward, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return param_test_name(info.index, info.param.name());
+                         });
+
+// The size rules (fa3/fwd_tuning.h) give the wide tiles only to long sequences, which the sweep
+// has few of: its d64 and d128 cases again with them forced (three consumer warpgroups, 144 keys).
+class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3ForwardWideTiles, MatchesReference) {
+  SKIP_WITHOUT_SM90();
+  struct ForceWideTiles {
+    fa3::FwdTuning saved = fa3::fwd_tuning();
+    ForceWideTiles() {
+      fa3::fwd_tuning().d64_consumers = 3;
+      fa3::fwd_tuning().d128_block_n = 144;
+    }
+    ~ForceWideTiles() { fa3::fwd_tuning() = saved; }
+  } force;
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
+  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
+  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+std::vector<AttentionCase> fa3_narrow_head_sweep() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : fa3_sweep())
+    if (c.head_dim <= 128 && c.dv() <= 128) cases.push_back(c);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardWideTiles, ::testing::ValuesIn(fa3_narrow_head_sweep()),
                          [](const ::testing::TestParamInfo<AttentionCase>& info) {
                            return param_test_name(info.index, info.param.name());
                          });

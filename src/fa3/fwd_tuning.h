@@ -1,0 +1,30 @@
+// Tile choices of the FA3 forward that depend on the call's size, and the knobs that force them
+// (benchmarks compare variants; tests run the sweep with each forced). Host code only.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::fa3 {
+
+// 0 = chosen per call by the size rules in fwd_hdim64.cu / fwd_hdim128.cu. The environment
+// variables are read once per process: FLASHATTN_FA3_PINGPONG=0 turns ping-pong off,
+// FLASHATTN_FA3_D64_CONSUMERS=2|3 and FLASHATTN_FA3_D128_BLOCKN=128|144 force those choices.
+struct FwdTuning {
+  bool pingpong = true;
+  int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 96)
+  int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128 or 144
+};
+
+// The process-wide tuning (fwd_launch.cu). Mutable for tests; not synchronised: set it before
+// launching from several threads.
+FwdTuning& fwd_tuning();
+
+// Whether a tile of block_m x block_n pads a seqlen_q x seqlen_k problem by at most `slack` (a
+// fraction) more than the base_m x base_n tile does: wider tiles are faster per key, but their
+// padding of the last row block and key tile wastes work on short sequences.
+inline bool pads_at_most(int64_t seqlen_q, int64_t seqlen_k, int block_m, int block_n, int base_m, int base_n, double slack) {
+  auto padded = [](int64_t x, int block) { return double((x + block - 1) / block * block); };
+  return padded(seqlen_q, block_m) * padded(seqlen_k, block_n) <= (1.0 + slack) * padded(seqlen_q, base_m) * padded(seqlen_k, base_n);
+}
+
+}  // namespace flashattn::fa3
