@@ -6,8 +6,9 @@
 
 namespace flashattn::fa3 {
 
-// Forward over device tensors on `stream`. Today: dense or varlen layout, fp16/bf16, head_dim = head_dim_v
-// in {64, 128}, no dropout; anything else answers Unsupported (the FA2 path takes it).
+// Forward over device tensors on `stream`. Today: dense or varlen layout, fp16/bf16, head dims up
+// to 256 with head_dim and head_dim_v in one size class (or <= 192 with <= 128), no dropout, no
+// split-KV, no KV cache; anything else answers Unsupported (the FA2 path takes it).
 Status fwd(const AttnProblem& problem, void* stream);
 
 // Whether fwd covers the problem (host-side, no device access): Ok, or Unsupported saying why.
