@@ -25,3 +25,14 @@ fa_extract_ptxas_report() {
     echo "(no ptxas output: no CUDA kernels were compiled)" >"$report"
   fi
 }
+
+# fa_benchmark_binary: the path of build-gpu's flashattn_bench, after checking it is there and not a
+# hang-trap build (its mbarrier waits trap on a timeout and change register allocation: spills).
+fa_benchmark_binary() {
+  local bench="$FA_GPU_BUILD/bench/flashattn_bench"
+  [[ -x "$bench" ]] || fa_die "build flashattn_bench first (tools/gpu/bench.sh or tools/gpu/test.sh)"
+  if grep -q '^FLASHATTN_HANG_TRAP:BOOL=ON' "$FA_GPU_BUILD/CMakeCache.txt"; then
+    fa_die "build-gpu/ has the mbarrier hang trap (it spills): rebuild without it first"
+  fi
+  echo "$bench"
+}

@@ -1,19 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA3 forward over the peers grid in its
-# measurement variants (fwd_launch.cuh FwdTuning) beside torch SDPA's flash and cuDNN backends from
+# measurement variants (src/fa3/fwd_tuning.h) beside torch SDPA's flash and cuDNN backends from
 # the same run. Variants: default; pp0 = ping-pong off; n128 / n144 = d128 key tile forced to 128 / 144;
 # c2 = d64 with two consumer warpgroups. FA3_VARIANTS="default c2" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
+root="$FA_ROOT"
 logdir="${1:?usage: tools/gpu/fa3_variants.sh LOGDIR}"
 mkdir -p "$logdir"
-bench="$root/build-gpu/bench/flashattn_bench"
-[[ -x "$bench" ]] || { echo "build flashattn_bench first (tools/gpu/bench.sh)" >&2; exit 1; }
-if grep -q '^FLASHATTN_HANG_TRAP:BOOL=ON' "$root/build-gpu/CMakeCache.txt"; then
-  echo "build-gpu/ has the mbarrier hang trap (it spills): rebuild without it first" >&2
-  exit 1
-fi
+bench="$(fa_benchmark_binary)"
 variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "n128:FLASHATTN_FA3_D128_BLOCKN=128" "n144:FLASHATTN_FA3_D128_BLOCKN=144"
   "c2:FLASHATTN_FA3_D64_CONSUMERS=2")
 wanted=" ${FA3_VARIANTS:-default pp0 n128 n144 c2} "

@@ -25,7 +25,9 @@ for i in "${small_cases[@]}"; do
   filter+="*Fa3Forward.MatchesReference/${i}_*:"
 done
 filter+="*Fa2BackwardDeterministic.MatchesReference/0_*:*Fa2BackwardDeterministic.MatchesReference/5_*:"
-filter+="*Fa2KvCache.MatchesReference/0_*:*Fa2KvCache.MatchesReference/2_*:*Fa2Combine.*"
+filter+="*Fa2KvCache.MatchesReference/0_*:*Fa2KvCache.MatchesReference/2_*:*Fa2Combine.*:"
+# FA3 with more work tiles than SMs (persistent CTAs, three consumer warpgroups at d64).
+filter+="*Fa3ForwardPersistent.MatchesReference/0_*"
 
 status=0
 for tool in memcheck racecheck synccheck; do

@@ -29,15 +29,19 @@ std::vector<AttentionCase> fa3_sweep() {
   return cases;
 }
 
-class Fa3Forward : public ::testing::TestWithParam<AttentionCase> {};
-
-TEST_P(Fa3Forward, MatchesReference) {
-  SKIP_WITHOUT_SM90();
-  const AttentionCase& c = GetParam();
+// The "<= 2x the same-precision reference's error" rule for out and LSE.
+void expect_fa3_matches_reference(const AttentionCase& c) {
   AttentionRun run(c);
   const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
   expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
   expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+class Fa3Forward : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3Forward, MatchesReference) {
+  SKIP_WITHOUT_SM90();
+  expect_fa3_matches_reference(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()),
@@ -59,11 +63,7 @@ TEST_P(Fa3ForwardWideTiles, MatchesReference) {
     }
     ~ForceWideTiles() { fa3::fwd_tuning() = saved; }
   } force;
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
-  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
-  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+  expect_fa3_matches_reference(GetParam());
 }
 
 std::vector<AttentionCase> fa3_narrow_head_sweep() {
@@ -104,11 +104,7 @@ class Fa3ForwardPersistent : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(Fa3ForwardPersistent, MatchesReference) {
   SKIP_WITHOUT_SM90();
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
-  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
-  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+  expect_fa3_matches_reference(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()),
