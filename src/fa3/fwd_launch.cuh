@@ -26,20 +26,20 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
-  const FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch)};
+  // Dense unmasked calls run persistent, one CTA per SM (the kernel fills an SM's shared memory):
+  // their tiles are all alike, so a stride balances. Causal/windowed tiles vary in length: a CTA
+  // per tile, which the hardware hands out as SMs free up, longest first (work_tile's order); or,
+  // with FwdTuning::persistent_masked, persistent in the length-major order. Varlen: a CTA per tile.
+  const bool dense = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr;
+  const bool masked = p.mask.window_left >= 0 || p.mask.window_right >= 0;
+  const bool persistent = dense && (!masked || fwd_tuning().persistent_masked);
+  const FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), persistent && masked};
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
   auto kernel = fwd_kernel<Config>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
-  // Dense unmasked calls run persistent, one CTA per SM (the kernel fills an SM's shared memory):
-  // their tiles are all alike, so a static stride balances. Causal/windowed or varlen tiles vary
-  // in length and a static stride does not balance them (measured: causal d128 at 16k fell from
-  // 571 to 400 TFLOP/s); there every CTA takes one tile and the hardware hands them out as SMs
-  // free up, longest first (work_tile's order).
-  const bool uniform_tiles = p.mask.window_left < 0 && p.mask.window_right < 0 && p.lens.cu_seqlens_q == nullptr &&
-                             p.lens.seqused_k == nullptr;
-  const int64_t ctas = uniform_tiles ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
+  const int64_t ctas = persistent ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
   kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
   err = cudaGetLastError();
   if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: launch: ") + cudaGetErrorString(err));

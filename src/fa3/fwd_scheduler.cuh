@@ -14,6 +14,7 @@ namespace flashattn::fa3 {
 struct FwdGrid {
   int row_blocks;      // kBlockM-row blocks of the longest query sequence
   int work_tiles;      // row_blocks * heads_q * batch (fa3::check keeps it below 2^31)
+  bool length_major;   // the order for persistent launches of unequal tiles (see work_tile)
 };
 
 struct WorkTile {
@@ -24,14 +25,29 @@ struct WorkTile {
   bool valid;                // false: the block starts past this (varlen) sequence's end
 };
 
-// Row blocks vary fastest, so the CTAs running at one time share a few heads' K and V in L2 (and
-// the query heads of one GQA group are neighbours). Within a head the blocks run last to first: under
-// a causal mask the last blocks see the most keys, and the longest tiles go first.
+// Default order: row blocks vary fastest, so the CTAs running at one time share a few heads' K and
+// V in L2 (and the query heads of one GQA group are neighbours). Within a head the blocks run last
+// to first: under a causal mask the last blocks see the most keys, and the longest tiles go first.
+// Length-major order (persistent causal): all (sequence, head) pairs' last row blocks first, then
+// the next-to-last, ..., and every other full wave of gridDim.x tiles in reverse, so that a CTA
+// which took one of the longest tiles of a wave takes one of the shortest of the next and the
+// CTAs' totals balance (a plain stride gave some CTAs three times the work of others).
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkTile work_tile(const AttnProblem& p, const FwdGrid& grid, int w) {
   WorkTile t;
-  const int head_index = w / grid.row_blocks;
-  t.row0 = (grid.row_blocks - 1 - (w - head_index * grid.row_blocks)) * kBlockM;
+  int head_index, rank;  // rank: row blocks from the last one
+  if (grid.length_major) {
+    const int ctas = int(gridDim.x), cta = int(blockIdx.x);
+    const int wave = (w - cta) / ctas;
+    const int q = (wave & 1) && (wave + 1) * ctas <= grid.work_tiles ? wave * ctas + (ctas - 1 - cta) : w;
+    const int pairs = grid.work_tiles / grid.row_blocks;
+    rank = q / pairs;
+    head_index = q - rank * pairs;
+  } else {
+    head_index = w / grid.row_blocks;
+    rank = w - head_index * grid.row_blocks;
+  }
+  t.row0 = (grid.row_blocks - 1 - rank) * kBlockM;
   t.h = head_index % int(p.heads_q);
   t.b = head_index / int(p.heads_q);
   t.sq = int(p.lens.q(t.b));

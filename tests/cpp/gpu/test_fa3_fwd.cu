@@ -49,20 +49,31 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()),
                            return param_test_name(info.index, info.param.name());
                          });
 
+// Changes the process-wide FA3 tuning for one test and restores it after (also on failure).
+class TuningOverride {
+ public:
+  template <typename Change>
+  explicit TuningOverride(Change change) : saved_(fa3::fwd_tuning()) {
+    change(fa3::fwd_tuning());
+  }
+  ~TuningOverride() { fa3::fwd_tuning() = saved_; }
+  TuningOverride(const TuningOverride&) = delete;
+  TuningOverride& operator=(const TuningOverride&) = delete;
+
+ private:
+  fa3::FwdTuning saved_;
+};
+
 // The size rules (fa3/fwd_tuning.h) give the wide tiles only to long sequences, which the sweep
 // has few of: its d64 and d128 cases again with them forced (three consumer warpgroups, 144 keys).
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(Fa3ForwardWideTiles, MatchesReference) {
   SKIP_WITHOUT_SM90();
-  struct ForceWideTiles {
-    fa3::FwdTuning saved = fa3::fwd_tuning();
-    ForceWideTiles() {
-      fa3::fwd_tuning().d64_consumers = 3;
-      fa3::fwd_tuning().d128_block_n = 144;
-    }
-    ~ForceWideTiles() { fa3::fwd_tuning() = saved; }
-  } force;
+  const TuningOverride force([](fa3::FwdTuning& t) {
+    t.d64_consumers = 3;
+    t.d128_block_n = 144;
+  });
   expect_fa3_matches_reference(GetParam());
 }
 
@@ -108,6 +119,43 @@ TEST_P(Fa3ForwardPersistent, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return param_test_name(info.index, info.param.name());
+                         });
+
+// Causal and windowed on persistent CTAs in the length-major order (FwdTuning::persistent_masked):
+// the persistent grid's cases with a mask, plus a grid of exactly two full waves and a ragged one.
+std::vector<AttentionCase> persistent_masked_cases() {
+  std::vector<AttentionCase> cases;
+  for (AttentionCase c : persistent_cases()) {
+    c.causal = true;
+    cases.push_back(c);
+  }
+  AttentionCase window = persistent_cases()[1];
+  window.window_left = 200;
+  window.window_right = 30;
+  cases.push_back(window);
+  AttentionCase waves = persistent_cases()[1];
+  waves.batch = 1;
+  waves.heads_q = 66;
+  waves.heads_k = 66;
+  waves.seqlen_q = waves.seqlen_k = 512;  // 4 row blocks x 66 heads = 264 tiles: two waves on 132 SMs
+  waves.causal = true;
+  cases.push_back(waves);
+  waves.seqlen_q = 300;  // 3 x 66 = 198: one full wave and a partial one
+  cases.push_back(waves);
+  return cases;
+}
+
+class Fa3ForwardPersistentMasked : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3ForwardPersistentMasked, MatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) { t.persistent_masked = true; });
+  expect_fa3_matches_reference(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistentMasked, ::testing::ValuesIn(persistent_masked_cases()),
                          [](const ::testing::TestParamInfo<AttentionCase>& info) {
                            return param_test_name(info.index, info.param.name());
                          });
