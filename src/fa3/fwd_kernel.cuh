@@ -32,8 +32,10 @@
 namespace flashattn::fa3 {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_,
-          int kConsumers_ = 2>
+          int kConsumers_ = 2, int kFmaExpEvery_ = 0>
 struct FwdConfig {
+  // Every kFmaExpEvery-th exponential on the FMA pipe (fwd_softmax.cuh exp2_on_fma); 0 = all on MUFU.
+  static constexpr int kFmaExpEvery = kFmaExpEvery_;
   // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
   // Consumer warpgroups of 64 rows each: 2, or 3 for d64 (FA3's 192-row tile: at d64 the GEMMs
@@ -235,10 +237,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const int key0 = tile * kBlockN;
       scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
       if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
-        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        softmax_update<Config::kFmaExpEvery>(s, row_max, row_sum, scale_log2, rescale);
       } else {
         mask_scores(s, p.mask, at, key0, sq, sk);
-        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        softmax_update<Config::kFmaExpEvery>(s, row_max, row_sum, scale_log2, rescale);
       }
       // Pins the softmax before the wait that follows: otherwise it may be scheduled after it, and
       // would no longer overlap the P V wgmmas.

@@ -49,15 +49,20 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 // The score path and ping-pong of one (head dim, head dim v): general scores (softcap, ALiBi,
 // scale <= 0) run without ping-pong, with kBlockNGeneral keys per tile (their logit stage needs
 // more registers); plain scores with kBlockN and ping-pong unless `pingpong` is false.
-// Plain scores run kPlainConsumers consumer warpgroups; general ones always two (240 registers).
-template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2>
+// Plain scores run kPlainConsumers consumer warpgroups (and kPlainFmaExpEvery, FwdConfig); general
+// ones always two (240 registers).
+template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2,
+          int kPlainFmaExpEvery = 0>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;
   const bool pingpong = fwd_tuning().pingpong;
   if (!p.plain_forward_scores())
     return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
-  if (pingpong) return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers>>(p, stream);
-  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers>>(p, stream);
+  if (pingpong)
+    return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers, kPlainFmaExpEvery>>(p,
+                                                                                                                            stream);
+  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers, kPlainFmaExpEvery>>(p,
+                                                                                                                           stream);
 }
 
 // Per head dim (the kernel's, after padding): fwd_hdim64.cu, fwd_hdim128.cu, ...

@@ -123,6 +123,32 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persist
                            return param_test_name(info.index, info.param.name());
                          });
 
+// d64 with a quarter of the exponentials on the FMA pipe (FwdTuning::d64_fma_exp; exp2_on_fma
+// must give 0 for masked keys and rows with nothing visible, like ex2).
+class Fa3ForwardFmaExp : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3ForwardFmaExp, MatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) {
+    t.d64_consumers = 3;
+    t.d64_fma_exp = true;
+  });
+  expect_fa3_matches_reference(GetParam());
+}
+
+std::vector<AttentionCase> fa3_d64_sweep() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : fa3_sweep())
+    if (c.head_dim <= 64 && c.dv() <= 64) cases.push_back(c);
+  cases.push_back(persistent_cases()[0]);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardFmaExp, ::testing::ValuesIn(fa3_d64_sweep()),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return param_test_name(info.index, info.param.name());
+                         });
+
 // Causal and windowed on persistent CTAs in the length-major order (FwdTuning::persistent_masked):
 // the persistent grid's cases with a mask, plus a grid of exactly two full waves and a ragged one.
 std::vector<AttentionCase> persistent_masked_cases() {
