@@ -5,7 +5,7 @@
 // CTA = 1 + kConsumers warpgroups: warpgroup 0 is the producer (one thread issues the TMA loads of
 // Q per work tile and K, V per key tile into kStages rings); warpgroups 1.. are consumers, 64 query
 // rows each (kBlockM = 64 kConsumers). Shared memory holds every tile as 64-element (128-byte) column blocks in the
-// 128-byte swizzle the TMA writes: Q [d/64][128 rows][64], K and V [stage][d/64][kBlockN][64].
+// 128-byte swizzle the TMA writes: Q [d/64][kBlockM rows][64], K and V [stage][d/64][kBlockN][64].
 // A consumer computes S = Q K^T (wgmma, both operands in shared memory, K-major), the masked online
 // softmax in registers, then O += P V with P as the register A operand and V MN-major.
 #pragma once
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // would hold K until P V finishes and leave the next load exposed.
   auto* pipeline_k = reinterpret_cast<sm90::Pipeline<kStages>*>(smem + Config::kQBytes + kStages * (Config::kKBytes + Config::kVBytes));
   auto* pipeline_v = pipeline_k + 1;
-  // Q of the current work tile: full when loaded, empty when both consumers issued their last S.
+  // Q of the current work tile: full when loaded, empty when every consumer's last S is done.
   uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
   uint64_t* q_empty = q_full + 1;
   const int warpgroup = threadIdx.x / 128;
@@ -169,8 +169,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     __syncwarp();
     if (lane == 0) sm90::mbarrier_arrive(empty);
   };
-  uint32_t done = 0;
-  int uses = 0;
+  uint32_t done = 0, uses = 0;  // unsigned: wrapping keeps stage and parity right
 
   for (int w = blockIdx.x; w < grid.work_tiles; w += gridDim.x) {
     const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
@@ -292,7 +291,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       process_scores(tile_begin);  // O is still 0: its rescale is moot
       pack_p<Element>(p_frag, s);
       for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
-        const int use = uses + tile - tile_begin;
+        const uint32_t use = uses + uint32_t(tile - tile_begin);
         const State k_state = State::at(use), v_state = State::at(use - 1);
         pipeline_k->consumer_wait(k_state);
         pipeline_v->consumer_wait(v_state);
@@ -313,7 +312,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
       release(q_empty);
-      const State v_state = State::at(uses + tile_end - tile_begin - 1);
+      const State v_state = State::at(uses + uint32_t(tile_end - tile_begin) - 1);
       pipeline_v->consumer_wait(v_state);
       clear_v_tail(v_state.stage, tile_end - 1);
       begin_turn();
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(o);
       release(&pipeline_v->empty[v_state.stage]);
-      uses += tile_end - tile_begin;
+      uses += uint32_t(tile_end - tile_begin);
     } else {
       release(q_empty);
     }

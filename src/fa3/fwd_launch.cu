@@ -103,9 +103,9 @@ Status check(const AttnProblem& p) {
     return unsupported("takes (batch, seqlen, heads, dim) or varlen tensors (no KV cache or pages yet)");
   if (p.dropout_p > 0.f) return unsupported("has no dropout");
   if (p.num_splits > 1) return unsupported("has no split-KV yet");
-  // The persistent scheduler numbers work tiles (64-row blocks at most) in 32 bits.
-  if ((p.lens.seqlen_q + 63) / 64 * p.heads_q * p.batch >= (int64_t(1) << 31))
-    return unsupported("at most 2^31 (64-row block, head, sequence) work tiles");
+  // The scheduler numbers work tiles (64-row blocks at most) in 32 bits, with room for a stride.
+  if ((p.lens.seqlen_q + 63) / 64 * p.heads_q * p.batch >= (int64_t(1) << 30))
+    return unsupported("at most 2^30 (64-row block, head, sequence) work tiles");
   return {};
 }
 

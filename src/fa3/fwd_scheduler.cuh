@@ -13,7 +13,7 @@ namespace flashattn::fa3 {
 
 struct FwdGrid {
   int row_blocks;      // kBlockM-row blocks of the longest query sequence
-  int work_tiles;      // row_blocks * heads_q * batch (fa3::check keeps it below 2^31)
+  int work_tiles;      // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
   bool length_major;   // the order for persistent launches of unequal tiles (see work_tile)
 };
 
@@ -29,7 +29,7 @@ struct WorkTile {
 // V in L2 (and the query heads of one GQA group are neighbours). Within a head the blocks run last
 // to first: under a causal mask the last blocks see the most keys, and the longest tiles go first.
 // Length-major order (persistent causal): all (sequence, head) pairs' last row blocks first, then
-// the next-to-last, ..., and every other full wave of gridDim.x tiles in reverse, so that a CTA
+// the next-to-last, ..., and every other wave of gridDim.x tiles in reverse, so that a CTA
 // which took one of the longest tiles of a wave takes one of the shortest of the next and the
 // CTAs' totals balance (a plain stride gave some CTAs three times the work of others).
 template <int kBlockM, int kBlockN>
@@ -39,7 +39,8 @@ __device__ __forceinline__ WorkTile work_tile(const AttnProblem& p, const FwdGri
   if (grid.length_major) {
     const int ctas = int(gridDim.x), cta = int(blockIdx.x);
     const int wave = (w - cta) / ctas;
-    const int q = (wave & 1) && (wave + 1) * ctas <= grid.work_tiles ? wave * ctas + (ctas - 1 - cta) : w;
+    const int in_wave = min(ctas, grid.work_tiles - wave * ctas);  // fewer in the last, partial wave
+    const int q = (wave & 1) ? wave * ctas + (in_wave - 1 - cta) : w;
     const int pairs = grid.work_tiles / grid.row_blocks;
     rank = q / pairs;
     head_index = q - rank * pairs;

@@ -67,7 +67,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, Acc
 // the softmax at small head dims): 2^x = 2^j 2^f with j = round(x), f in [-0.5, 0.5], 2^f by a
 // degree-3 polynomial fitted for relative error (1.5e-4 with float rounding, checked over
 // [-126, 0.5]; far below the bf16/fp16 rounding of P).
-// x < -126, -inf included (masked keys, rows with nothing visible yet), gives exactly 0 as ex2 does.
+// x < -126, -inf included (masked keys, rows with nothing visible yet), gives exactly 0 as ex2 does;
+// NaN gives NaN.
 __device__ __forceinline__ float exp2_on_fma(float x) {
   constexpr float kRoundShift = 12582912.f;  // 1.5 * 2^23: adding it leaves round(x) in the low mantissa bits
   const float clamped = fmaxf(x, -127.f);
@@ -76,7 +77,7 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
   const float p = fmaf(fmaf(fmaf(0.05517206f, f, 0.2426124f), f, 0.69326103f), f, 0.99992794f);
   // The low 9 bits of the shifted sum are j (two's complement): shifted to the exponent field.
   const int bits = __float_as_int(p) + (__float_as_int(shifted) << 23);
-  return x < -126.f ? 0.f : __int_as_float(bits);
+  return x >= -126.f ? __int_as_float(bits) : (x < -126.f ? 0.f : x);  // NaN stays NaN
 }
 
 // Online softmax update for one tile: new running max per row, the factor that rescales the

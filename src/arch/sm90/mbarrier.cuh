@@ -46,7 +46,7 @@ struct PipelineState {
   uint32_t phase = 0;
   // The state of a ring's use number `index` (0-based): a loop can derive it from its counter
   // instead of carrying one more state in registers.
-  static __device__ __forceinline__ PipelineState at(int index) { return {index % kStages, uint32_t(index / kStages) & 1u}; }
+  static __device__ __forceinline__ PipelineState at(uint32_t index) { return {int(index % kStages), (index / kStages) & 1u}; }
   __device__ __forceinline__ void advance() {
     if (++stage == kStages) {
       stage = 0;

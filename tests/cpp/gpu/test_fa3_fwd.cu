@@ -98,7 +98,7 @@ std::vector<AttentionCase> persistent_cases() {
     c.batch = 3;
     c.heads_q = 24;
     c.heads_k = 6;
-    c.seqlen_q = 300;  // 3 row blocks: 216 work tiles, the last block ragged
+    c.seqlen_q = 300;  // 3 row blocks (2 at d64's 192 rows): 216 (144) work tiles, the last block ragged
     c.seqlen_k = 700;
     c.head_dim = d;
     c.head_dim_v = dv;
@@ -165,7 +165,7 @@ std::vector<AttentionCase> persistent_masked_cases() {
   waves.batch = 1;
   waves.heads_q = 66;
   waves.heads_k = 66;
-  waves.seqlen_q = waves.seqlen_k = 512;  // 4 row blocks x 66 heads = 264 tiles: two waves on 132 SMs
+  waves.seqlen_q = waves.seqlen_k = 512;  // 4 row blocks x 66 heads = 264 tiles: two waves on an H200 (132 SMs)
   waves.causal = true;
   cases.push_back(waves);
   waves.seqlen_q = 300;  // 3 x 66 = 198: one full wave and a partial one
