@@ -37,7 +37,7 @@ struct FwdConfig {
   // the running max is kept on raw scores q.k and the scale is folded into the exponent (one FFMA
   // per element). true: softcap and ALiBi are applied (each behind a uniform runtime check).
   static constexpr bool kGeneralScore = kGeneralScore_;
-  static constexpr int kHeadDim = kHeadDim_;  // padded head dim (q/k and v), multiple of 32
+  static constexpr int kHeadDim = kHeadDim_;  // head dim the kernel runs (q/k and v): 32, 64, .., 256
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
@@ -52,7 +52,7 @@ struct FwdConfig {
   static constexpr int kNTilesS = kBlockN / 8;    // n8 tiles of S per warp
   static constexpr int kNTilesO = kHeadDim / 8;   // n8 tiles of O per warp
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
-  static_assert(kThreads % (kHeadDim / 8) == 0, "a thread's 16-byte chunks must share one column");
+
 };
 
 template <typename Config>

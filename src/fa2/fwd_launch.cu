@@ -87,9 +87,34 @@ int tile_variant() {
   return variant;
 }
 
+// Head dims 32, 96, 160, 192 and 224 have kernels of their own (others are padded to the next of
+// 32, 64, .., 256); until they pass the GPU tests they run only with FLASHATTN_FA2_HEAD_DIMS=exact
+// (the FA2 GPU tests set it), else those calls run padded to 64, 128 or 256 as before.
+bool exact_head_dims() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHATTN_FA2_HEAD_DIMS");
+    return v != nullptr && std::string(v) == "exact";
+  }();
+  return on;
+}
+
+// The head dims with their own kernels, the tiles of the next larger of 64 / 128 / 256.
+template <typename Element, bool kDropout, bool kGeneral>
+Status dispatch_exact_head_dim(int64_t dim, const AttnProblem& p, cudaStream_t stream) {
+  if (dim <= 32) return launch<FwdConfig<Element, 32, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 96) return launch<FwdConfig<Element, 96, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 160) return launch<FwdConfig<Element, 160, 64, 32, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 192) return launch<FwdConfig<Element, 192, 64, 32, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 224) return launch<FwdConfig<Element, 224, 64, 32, 4, kDropout, kGeneral>>(p, stream);
+  return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout, kGeneral>>(p, stream);
+}
+
 template <typename Element, bool kDropout, bool kGeneral>
 Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
+  if (exact_head_dims() && tile_variant() == 0) return dispatch_exact_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
   if constexpr (!kDropout && !kGeneral) {
     const int variant = tile_variant();
     if (variant == 1) {
