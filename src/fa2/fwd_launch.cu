@@ -114,7 +114,6 @@ Status dispatch_exact_head_dim(int64_t dim, const AttnProblem& p, cudaStream_t s
 template <typename Element, bool kDropout, bool kGeneral>
 Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  if (exact_head_dims() && tile_variant() == 0) return dispatch_exact_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
   if constexpr (!kDropout && !kGeneral) {
     const int variant = tile_variant();
     if (variant == 1) {
@@ -128,6 +127,7 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
   }
+  if (exact_head_dims()) return dispatch_exact_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
   // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. The dropout
   // variants take smaller tiles where the Philox state would otherwise spill.
   if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);

@@ -310,6 +310,13 @@ std::vector<AttentionCase> feature_sweep() {
   with([](AttentionCase& c) { c.head_dim = 192; c.alibi = 1; c.seqused_k = {113, 160}; });
   with([](AttentionCase& c) { c.head_dim = 192; c.seqlen_k = 250; c.varlen_q = {70, 1}; c.varlen_k = {250, 113}; });
   with([](AttentionCase& c) { c.head_dim = 96; c.causal = true; c.window_left = 50; });
+  // Head dims whose 16-byte chunks per row do not divide the FA2 loader's 128 threads (12, 20, 24,
+  // 28 chunks), with dropout, split-KV, fp16 and softcap; and d32.
+  with([](AttentionCase& c) { c.head_dim = 96; c.dropout_p = 0.15f; c.causal = true; });
+  with([](AttentionCase& c) { c.head_dim = 160; c.num_splits = 3; c.alibi = 1; });
+  with([](AttentionCase& c) { c.head_dim = 224; c.dtype = DType::F16; c.causal = true; c.softcap = 2.f; });
+  with([](AttentionCase& c) { c.head_dim = 192; c.dropout_p = 0.1f; c.varlen_q = {70, 26}; c.varlen_k = {90, 160}; });
+  with([](AttentionCase& c) { c.head_dim = 32; c.dropout_p = 0.2f; c.window_left = 40; c.window_right = 8; });
   return cases;
 }
 

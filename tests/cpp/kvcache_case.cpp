@@ -161,6 +161,9 @@ std::vector<KvCase> kv_cases() {
   add([](KvCase& c) { c.heads_q = c.heads_k = 4; c.head_dim = 128; c.seqlen_q = 16; c.causal = true; });
   add([](KvCase& c) { c.heads_q = 8; c.heads_k = 1; c.dtype = DType::F16; c.seqlen_new = 1; });
   add([](KvCase& c) { c.dtype = DType::F32; c.page_size = 64; c.seqlen_new = 8; c.seqlen_q = 8; c.causal = true; });
+  // Head dims whose 16-byte chunks per row do not divide the GPU loader's threads, paged.
+  add([](KvCase& c) { c.head_dim = 96; c.page_size = 16; c.seqlen_new = 3; c.seqlen_q = 3; c.causal = true; });
+  add([](KvCase& c) { c.head_dim = 160; c.page_size = 7; c.seqlen_new = 2; c.seqlen_q = 2; });
   return cases;
 }
 

@@ -53,6 +53,8 @@ TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   c.head_dim = 128;
   c.causal = true;
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
+  c.head_dim = 96;  // the loader with idle threads (12 chunks per row)
+  expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
 }
 
 }  // namespace
