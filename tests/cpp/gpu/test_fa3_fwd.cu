@@ -123,15 +123,25 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persist
                            return param_test_name(info.index, info.param.name());
                          });
 
-// d64 with a quarter of the exponentials on the FMA pipe (FwdTuning::d64_fma_exp; exp2_on_fma
-// must give 0 for masked keys and rows with nothing visible, like ex2).
-class Fa3ForwardFmaExp : public ::testing::TestWithParam<AttentionCase> {};
+// The d64 variants the size rules do not pick (measured by tools/gpu/fa3_variants.sh): a quarter
+// of the exponentials on the FMA pipe (FwdTuning::d64_fma_exp; exp2_on_fma must give 0 for masked
+// keys and rows with nothing visible, like ex2), and two consumers with 160-key tiles.
+class Fa3ForwardD64Variants : public ::testing::TestWithParam<AttentionCase> {};
 
-TEST_P(Fa3ForwardFmaExp, MatchesReference) {
+TEST_P(Fa3ForwardD64Variants, FmaExpMatchesReference) {
   SKIP_WITHOUT_SM90();
   const TuningOverride force([](fa3::FwdTuning& t) {
     t.d64_consumers = 3;
     t.d64_fma_exp = true;
+  });
+  expect_fa3_matches_reference(GetParam());
+}
+
+TEST_P(Fa3ForwardD64Variants, TwoConsumersWideMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) {
+    t.d64_consumers = 2;
+    t.d64_two_consumer_block_n = 160;
   });
   expect_fa3_matches_reference(GetParam());
 }
@@ -144,7 +154,7 @@ std::vector<AttentionCase> fa3_d64_sweep() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardFmaExp, ::testing::ValuesIn(fa3_d64_sweep()),
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardD64Variants, ::testing::ValuesIn(fa3_d64_sweep()),
                          [](const ::testing::TestParamInfo<AttentionCase>& info) {
                            return param_test_name(info.index, info.param.name());
                          });
