@@ -13,6 +13,8 @@ namespace flashattn {
 struct MaskParams {
   int window_left = -1;
   int window_right = -1;
+  // Causal or a sliding window: rows see different key ranges (tiles differ in length).
+  FA_HD bool limits_keys() const { return window_left >= 0 || window_right >= 0; }
 };
 
 FA_HD int64_t diagonal_key(int64_t row, int64_t seqlen_q, int64_t seqlen_k) {

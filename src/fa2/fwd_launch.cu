@@ -98,9 +98,11 @@ bool exact_head_dims() {
   return on;
 }
 
-// The head dims with their own kernels, the tiles of the next larger of 64 / 128 / 256.
+// (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows; a head dim takes the
+// tiles of the next larger of 64 / 128 / 256. The dropout variants take smaller tiles where the
+// Philox state would otherwise spill.
 template <typename Element, bool kDropout, bool kGeneral>
-Status dispatch_exact_head_dim(int64_t dim, const AttnProblem& p, cudaStream_t stream) {
+Status launch_head_dim(int64_t dim, const AttnProblem& p, cudaStream_t stream) {
   if (dim <= 32) return launch<FwdConfig<Element, 32, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
   if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
   if (dim <= 96) return launch<FwdConfig<Element, 96, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
@@ -127,12 +129,9 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
   }
-  if (exact_head_dims()) return dispatch_exact_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
-  // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. The dropout
-  // variants take smaller tiles where the Philox state would otherwise spill.
-  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
-  if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
-  return launch<FwdConfig<Element, 256, 64, 32, 4, kDropout, kGeneral>>(p, stream);
+  // Without exact head dims a call runs padded to the next of 64, 128 and 256.
+  const int64_t kernel_dim = exact_head_dims() ? dim : dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+  return launch_head_dim<Element, kDropout, kGeneral>(kernel_dim, p, stream);
 }
 
 // Instantiations: plain and general without dropout (the tile variants plain only), general only

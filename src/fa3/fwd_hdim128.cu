@@ -8,10 +8,9 @@
 namespace flashattn::fa3 {
 
 Status fwd_hdim128(const AttnProblem& p, cudaStream_t stream) {
-  const bool masked = p.mask.window_left >= 0 || p.mask.window_right >= 0;
   int block_n = fwd_tuning().d128_block_n;
   if (block_n == 0) block_n = pads_at_most(1, p.lens.seqlen_k, 1, 144, 1, 128, 0.02) ? 144 : 128;
-  if (masked || block_n == 128)
+  if (p.mask.limits_keys() || block_n == 128)
     return p.dtype == DType::F16 ? launch_head_dim<__half, 128, 128, 128>(p, stream)
                                  : launch_head_dim<__nv_bfloat16, 128, 128, 128>(p, stream);
   return p.dtype == DType::F16 ? launch_head_dim<__half, 128, 128, 144, 128>(p, stream)

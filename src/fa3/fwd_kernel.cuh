@@ -4,8 +4,8 @@
 //
 // CTA = 1 + kConsumers warpgroups: warpgroup 0 is the producer (one thread issues the TMA loads of
 // Q per work tile and K, V per key tile into kStages rings); warpgroups 1.. are consumers, 64 query
-// rows each (kBlockM = 64 kConsumers). Shared memory holds every tile as 64-element (128-byte) column blocks in the
-// 128-byte swizzle the TMA writes: Q [d/64][kBlockM rows][64], K and V [stage][d/64][kBlockN][64].
+// rows each (kBlockM = 64 kConsumers). Shared memory holds every tile as 64-element (128-byte)
+// column blocks in the 128-byte swizzle the TMA writes: Q [d/64][kBlockM rows][64], K and V [stage][d/64][kBlockN][64].
 // A consumer computes S = Q K^T (wgmma, both operands in shared memory, K-major), the masked online
 // softmax in registers, then O += P V with P as the register A operand and V MN-major.
 #pragma once

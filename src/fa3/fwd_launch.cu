@@ -15,8 +15,6 @@ namespace {
 
 Status unsupported(const std::string& why) { return Status::error(ErrorCode::Unsupported, "q", "fa3 fwd: " + why); }
 
-}  // namespace
-
 // (head_dim, heads, seqlen, batch) with a 64 x 1 x rows x 1 box. Varlen (cu_seqlens set): all
 // `seqlen` rows as one sequence (batch extent 1); the kernel adds cu_seqlens[b] to the row.
 Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim, int64_t heads, int64_t seqlen,
@@ -43,6 +41,11 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
   shape.box[3] = 1;
   return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
 }
+
+// The head dim a call runs at: the next multiple of 64 (validation caps head dims at 256).
+int kernel_head_dim(int64_t head_dim) { return int(std::min<int64_t>((head_dim + 63) / 64 * 64, 256)); }
+
+}  // namespace
 
 FwdTuning& fwd_tuning() {
   static FwdTuning tuning = [] {
@@ -86,18 +89,11 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* ma
   return map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n));
 }
 
-namespace {
-
-// The head dim a call runs at: the next multiple of 64 (validation caps head dims at 256), except
-// that 129..192 runs at 192 (three column blocks).
-int kernel_head_dim(int64_t head_dim) { return int(std::min<int64_t>((head_dim + 63) / 64 * 64, 256)); }
-
-}  // namespace
-
 Status check(const AttnProblem& p) {
   if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("takes float16 or bfloat16");
   if (p.out_dtype != p.dtype) return unsupported("writes out in the dtype of q");
-  if (kernel_head_dim(p.head_dim) != kernel_head_dim(p.head_dim_v) && !(kernel_head_dim(p.head_dim) == 192 && kernel_head_dim(p.head_dim_v) == 128))
+  const int d = kernel_head_dim(p.head_dim), dv = kernel_head_dim(p.head_dim_v);
+  if (d != dv && !(d == 192 && dv == 128))
     return unsupported("head_dim and head_dim_v in the same size class (<= 64, <= 128, <= 192, <= 256), or <= 192 with <= 128, got " +
                        std::to_string(p.head_dim) + " / " + std::to_string(p.head_dim_v));
   if (p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr || p.k.batch_index != nullptr)

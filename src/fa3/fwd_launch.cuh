@@ -14,7 +14,6 @@
 
 namespace flashattn::fa3 {
 
-
 // Multiprocessors of the current device (fwd_launch.cu).
 int sm_count();
 
@@ -31,7 +30,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   // per tile, which the hardware hands out as SMs free up, longest first (work_tile's order); or,
   // with FwdTuning::persistent_masked, persistent in the length-major order. Varlen: a CTA per tile.
   const bool dense = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr;
-  const bool masked = p.mask.window_left >= 0 || p.mask.window_right >= 0;
+  const bool masked = p.mask.limits_keys();
   const bool persistent = dense && (!masked || fwd_tuning().persistent_masked);
   const FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), persistent && masked};
   FwdMaps maps;
@@ -46,11 +45,10 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-// The score path and ping-pong of one (head dim, head dim v): general scores (softcap, ALiBi,
-// scale <= 0) run without ping-pong, with kBlockNGeneral keys per tile (their logit stage needs
-// more registers); plain scores with kBlockN and ping-pong unless `pingpong` is false.
-// Plain scores run kPlainConsumers consumer warpgroups (and kPlainFmaExpEvery, FwdConfig); general
-// ones always two (240 registers).
+// The configurations of one (head dim, head dim v): general scores (softcap, ALiBi, scale <= 0) run
+// on two consumer warpgroups without ping-pong, with kBlockNGeneral keys per tile (their logit
+// stage needs more registers); plain scores on kPlainConsumers warpgroups with kBlockN keys,
+// kPlainFmaExpEvery (FwdConfig) and ping-pong unless FwdTuning turns it off.
 template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2,
           int kPlainFmaExpEvery = 0>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
