@@ -11,10 +11,7 @@ class KvCacheVsReference : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(KvCacheVsReference, Matches) { check_kvcache_case(GetParam(), Backend::Cpu); }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheVsReference, ::testing::ValuesIn(kv_cases()),
-                         [](const ::testing::TestParamInfo<KvCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheVsReference, ::testing::ValuesIn(kv_cases()), ParamTestName());
 
 }  // namespace
 }  // namespace flashattn::test

@@ -26,10 +26,7 @@ class TiledVsReference : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(TiledVsReference, ForwardAndBackward) { check_case(GetParam(), /*backward=*/true); }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, TiledVsReference, ::testing::ValuesIn(feature_sweep()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, TiledVsReference, ::testing::ValuesIn(feature_sweep()), ParamTestName());
 
 // Bitwise reproducibility: the CPU backward owns every output element in one work item.
 TEST(TiledBackward, DeterministicAcrossRuns) {

@@ -115,6 +115,15 @@ inline std::string param_test_name(size_t index, std::string name) {
   return std::to_string(index) + "_" + name;
 }
 
+// GoogleTest's name generator for parameters that have name(): "<index>_<name>", e.g.
+// INSTANTIATE_TEST_SUITE_P(Sweep, Suite, ::testing::ValuesIn(cases), ParamTestName()).
+struct ParamTestName {
+  template <typename Info>
+  std::string operator()(const Info& info) const {
+    return param_test_name(info.index, info.param.name());
+  }
+};
+
 inline double max_abs(const std::vector<float>& a) {
   double m = 0;
   for (float x : a)

@@ -38,10 +38,6 @@ void check_gradients(const AttentionCase& c, const BwdResult& r) {
   expect_within(r.dv, 2.0, rounding_floor(c.dtype, r.dv.reference_max), "dv");
 }
 
-std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
-  return param_test_name(info.index, info.param.name());
-}
-
 class Fa2Backward : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(Fa2Backward, MatchesReference) {
@@ -51,7 +47,7 @@ TEST_P(Fa2Backward, MatchesReference) {
   check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Backward, ::testing::ValuesIn(gpu_sweep()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Backward, ::testing::ValuesIn(gpu_sweep()), ParamTestName());
 
 class Fa2BackwardDeterministic : public ::testing::TestWithParam<AttentionCase> {};
 
@@ -67,7 +63,7 @@ TEST_P(Fa2BackwardDeterministic, MatchesReference) {
   check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, deterministic));
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa2BackwardDeterministic, ::testing::ValuesIn(deterministic_sweep()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2BackwardDeterministic, ::testing::ValuesIn(deterministic_sweep()), ParamTestName());
 
 std::vector<uint8_t> bytes_of(const HostTensor& t) {
   const auto* p = static_cast<const uint8_t*>(t.data());

@@ -36,10 +36,7 @@ TEST_P(Fa2Forward, MatchesReference) {
   expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Forward, ::testing::ValuesIn(gpu_sweep()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Forward, ::testing::ValuesIn(gpu_sweep()), ParamTestName());
 
 // A race shows as results that move between runs of the same inputs.
 TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {

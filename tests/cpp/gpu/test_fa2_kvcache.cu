@@ -25,10 +25,7 @@ TEST_P(Fa2KvCache, MatchesReference) {
   check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::kvcache_on_device);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCache, ::testing::ValuesIn(gpu_kv_cases()),
-                         [](const ::testing::TestParamInfo<KvCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCache, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
 
 }  // namespace
 }  // namespace flashattn::test

@@ -44,10 +44,7 @@ TEST_P(Fa3Forward, MatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()), ParamTestName());
 
 // Changes the process-wide FA3 tuning for one test and restores it after (also on failure).
 class TuningOverride {
@@ -84,10 +81,7 @@ std::vector<AttentionCase> fa3_narrow_head_sweep() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardWideTiles, ::testing::ValuesIn(fa3_narrow_head_sweep()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardWideTiles, ::testing::ValuesIn(fa3_narrow_head_sweep()), ParamTestName());
 
 // More work tiles than SMs: a dense unmasked call runs persistent CTAs that each take several
 // tiles (the Q buffer and the K/V rings carry over from one tile to the next).
@@ -118,10 +112,7 @@ TEST_P(Fa3ForwardPersistent, MatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()), ParamTestName());
 
 // The d64 variants the size rules do not pick (measured by tools/gpu/fa3_variants.sh): a quarter
 // of the exponentials on the FMA pipe (FwdTuning::d64_fma_exp; exp2_on_fma must give 0 for masked
@@ -154,10 +145,7 @@ std::vector<AttentionCase> fa3_d64_sweep() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardD64Variants, ::testing::ValuesIn(fa3_d64_sweep()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardD64Variants, ::testing::ValuesIn(fa3_d64_sweep()), ParamTestName());
 
 // Causal and windowed on persistent CTAs in the length-major order (FwdTuning::persistent_masked):
 // the persistent grid's cases with a mask, plus a grid of exactly two full waves and a ragged one.
@@ -191,10 +179,7 @@ TEST_P(Fa3ForwardPersistentMasked, MatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistentMasked, ::testing::ValuesIn(persistent_masked_cases()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return param_test_name(info.index, info.param.name());
-                         });
+INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistentMasked, ::testing::ValuesIn(persistent_masked_cases()), ParamTestName());
 
 // A race shows as results that move between runs: persistent (several tiles per CTA) at d128
 // (the 144-key tile) and d64 (three consumer warpgroups), and causal (a CTA per tile).
