@@ -87,19 +87,8 @@ int tile_variant() {
   return variant;
 }
 
-// Head dims 32, 96, 160, 192 and 224 have kernels of their own (others are padded to the next of
-// 32, 64, .., 256); until they pass the GPU tests they run only with FLASHATTN_FA2_HEAD_DIMS=exact
-// (the FA2 GPU tests set it), else those calls run padded to 64, 128 or 256 as before.
-bool exact_head_dims() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHATTN_FA2_HEAD_DIMS");
-    return v != nullptr && std::string(v) == "exact";
-  }();
-  return on;
-}
-
-// (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows; a head dim takes the
-// tiles of the next larger of 64 / 128 / 256. The dropout variants take smaller tiles where the
+// (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. Head dims 32, 64, .., 256
+// have kernels of their own (H200: the GPU suite, 2026-11-29); others run padded to the next. The dropout variants take smaller tiles where the
 // Philox state would otherwise spill.
 template <typename Element, bool kDropout, bool kGeneral>
 Status launch_head_dim(int64_t dim, const AttnProblem& p, cudaStream_t stream) {
@@ -129,9 +118,7 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
   }
-  // Without exact head dims a call runs padded to the next of 64, 128 and 256.
-  const int64_t kernel_dim = exact_head_dims() ? dim : dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
-  return launch_head_dim<Element, kDropout, kGeneral>(kernel_dim, p, stream);
+  return launch_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
 }
 
 // Instantiations: plain and general without dropout (the tile variants plain only), general only

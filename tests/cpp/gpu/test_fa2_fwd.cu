@@ -2,7 +2,6 @@
 // sweep, plus a race check. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "attention_case.h"
@@ -12,11 +11,6 @@
 
 namespace flashattn::test {
 namespace {
-
-// The FA2 forward's own kernels for head dims 32/96/160/192/224 run only on request until these
-// tests have passed with them (fa2/fwd_launch.cu exact_head_dims). Set for every test process of
-// this binary: the backward, kvcache and split-KV tests run the FA2 forward too.
-const bool kFa2ExactHeadDims = [] { return setenv("FLASHATTN_FA2_HEAD_DIMS", "exact", 1) == 0; }();
 
 std::vector<AttentionCase> gpu_sweep() {
   std::vector<AttentionCase> cases;
