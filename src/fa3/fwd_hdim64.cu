@@ -12,15 +12,9 @@ namespace flashattn::fa3 {
 Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream) {
   int consumers = fwd_tuning().d64_consumers;
   if (consumers == 0) consumers = pads_at_most(p.lens.seqlen_q, p.lens.seqlen_k, 192, 96, 128, 128, 0.07) ? 3 : 2;
-  if (consumers == 2 && fwd_tuning().d64_two_consumer_block_n == 160)  // 128 x 160: spill-free, not yet measured
-    return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 160, 128>(p, stream)
-                                 : launch_head_dim<__nv_bfloat16, 64, 64, 160, 128>(p, stream);
   if (consumers == 2)
     return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128>(p, stream)
                                  : launch_head_dim<__nv_bfloat16, 64, 64, 128>(p, stream);
-  if (fwd_tuning().d64_fma_exp)  // a quarter of the exponentials on the FMA pipe (not yet measured)
-    return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 96, 128, 3, 4>(p, stream)
-                                 : launch_head_dim<__nv_bfloat16, 64, 64, 96, 128, 3, 4>(p, stream);
   return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 96, 128, 3>(p, stream)
                                : launch_head_dim<__nv_bfloat16, 64, 64, 96, 128, 3>(p, stream);
 }

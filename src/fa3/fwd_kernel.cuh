@@ -1,6 +1,6 @@
 // FlashAttention-3 forward (sm90a): TMA loads on an mbarrier pipeline, wgmma, warp specialisation,
 // intra-warpgroup overlap of softmax with the GEMMs and ping-pong between the consumer warpgroups.
-// Persistent: one CTA per SM walks the work tiles (fwd_scheduler.cuh). Next step: TMA store of O.
+// Persistent: one CTA per SM walks the work tiles, in a static or dynamic order (fwd_scheduler.cuh).
 //
 // CTA = 1 + kConsumers warpgroups: warpgroup 0 is the producer (one thread issues the TMA loads of
 // Q per work tile and K, V per key tile into kStages rings); warpgroups 1.. are consumers, 64 query
@@ -32,10 +32,8 @@
 namespace flashattn::fa3 {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_,
-          int kConsumers_ = 2, int kFmaExpEvery_ = 0>
+          int kConsumers_ = 2>
 struct FwdConfig {
-  // Every kFmaExpEvery-th exponential on the FMA pipe (fwd_softmax.cuh exp2_on_fma); 0 = all on MUFU.
-  static constexpr int kFmaExpEvery = kFmaExpEvery_;
   // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
   // Consumer warpgroups of 64 rows each: 2, or 3 for d64 (FA3's 192-row tile: at d64 the GEMMs
@@ -98,6 +96,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // Q of the current work tile: full when loaded, empty when every consumer's last S is done.
   uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
   uint64_t* q_empty = q_full + 1;
+  // The work tiles the producer picked for the consumers, -1 when none is left (fwd_scheduler.cuh),
+  // the CTA's n-th tile in slot n % 2: the consumers read a tile's slot again for its epilogue
+  // (cheaper than keeping the tile in a register through the loop), and the producer writes that
+  // slot again only for tile n + 2, after Q of tile n + 1 was released. The mbarrier arrive
+  // (release) and wait (acquire) order the accesses. Static shared memory: a constant address.
+  __shared__ int tile_slots[2];
+  auto tile_slot = [&](uint32_t n) { return sm90::smem_u32(&tile_slots[n & 1u]); };
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -109,44 +114,52 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
   __syncthreads();
 
-  // Both roles walk the same work tiles; `done` counts this CTA's valid ones (the phase of the Q
-  // barriers) and `uses` the K/V ring uses before the current tile (each key tile is one K and one V).
+  // The producer picks the work tiles and publishes each in a tile slot with Q; `done` counts this
+  // CTA's tiles (the phase of the Q barriers) and `uses` the K/V ring uses before the current tile
+  // (each key tile is one K and one V).
   if (warpgroup == 0) {  // ---------------------------------------------------------- producer
     sm90::warpgroup_registers_decrease<Config::kProducerRegisters>();
     if (threadIdx.x == 0) {
       // Varlen: the maps span all rows (batch extent 1); sequence b starts at row cu_seqlens[b].
       const bool varlen = p.lens.cu_seqlens_q != nullptr;
-      State k_state, v_state;
-      uint32_t done = 0;
-      for (int w = blockIdx.x; w < grid.work_tiles; w += gridDim.x) {
+      uint32_t done = 0, uses = 0;  // as the consumers count them
+      for (int w = blockIdx.x;; w = next_work_tile(grid, w)) {
+        // The slot is free once every consumer has released the previous Q (it had read the slot).
+        if (w >= grid.work_tiles) {  // no tile left: the consumers read -1
+          sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
+          sm90::st_shared_s32(tile_slot(done), -1);
+          sm90::mbarrier_arrive(q_full);
+          break;
+        }
         const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
         if (!wt.valid) continue;
+        sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
+        sm90::st_shared_s32(tile_slot(done), w);
         const int q_first = varlen ? p.lens.cu_seqlens_q[wt.b] : 0;
         const int k_first = varlen ? p.lens.cu_seqlens_k[wt.b] : 0;
         const int batch_coord = varlen ? 0 : int(wt.b);
-        const int hk = int(p.kv_head(wt.h));
+        const int hk = wt.h / (int(p.heads_q) / int(p.heads_k));  // kv_head in 32 bits: no 64-bit division call
         // A box partly out of bounds (last Q block, last K/V tile) still completes its full byte
         // count (zero-filled), so the expect-tx counts are constants (verified on the H200).
-        sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
         sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);
         for (int c = 0; c < kColumnBlocks; ++c)
           sm90::tma_load_4d(smem_q + c * kBlockM * 64, &maps.q, 64 * c, int(wt.h), q_first + wt.row0, batch_coord, q_full);
         // The consumers need K of tile n + 1 before V of tile n (they issue S_{n+1} then P_n V_n),
         // so V trails K by one tile: K0, K1, V0, K2, V1, ...
-        auto load_tile = [&](sm90::Pipeline<kStages>* pipe, State& st, Element* ring, const CUtensorMap* map,
-                             int column_blocks, int tile) {
+        auto load_tile = [&](sm90::Pipeline<kStages>* pipe, Element* ring, const CUtensorMap* map, int column_blocks, int tile) {
+          const State st = State::at(uses + uint32_t(tile - wt.tile_begin));
           const int bytes = column_blocks * kBlockN * 128;
           pipe->producer_acquire(st, bytes);
           Element* dst = ring + st.stage * (bytes / 2);
           for (int c = 0; c < column_blocks; ++c)
             sm90::tma_load_4d(dst + c * kBlockN * 64, map, 64 * c, hk, k_first + tile * kBlockN, batch_coord, &pipe->full[st.stage]);
-          st.advance();
         };
-        if (wt.tile_begin < wt.tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, wt.tile_begin);
+        if (wt.tile_begin < wt.tile_end) load_tile(pipeline_k, smem_k, &maps.k, kColumnBlocks, wt.tile_begin);
         for (int tile = wt.tile_begin; tile < wt.tile_end; ++tile) {
-          if (tile + 1 < wt.tile_end) load_tile(pipeline_k, k_state, smem_k, &maps.k, kColumnBlocks, tile + 1);
-          load_tile(pipeline_v, v_state, smem_v, &maps.v, kColumnBlocksV, tile);
+          if (tile + 1 < wt.tile_end) load_tile(pipeline_k, smem_k, &maps.k, kColumnBlocks, tile + 1);
+          load_tile(pipeline_v, smem_v, &maps.v, kColumnBlocksV, tile);
         }
+        uses += uint32_t(wt.tile_end - wt.tile_begin);
         ++done;
       }
     }
@@ -171,9 +184,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   };
   uint32_t done = 0, uses = 0;  // unsigned: wrapping keeps stage and parity right
 
-  for (int w = blockIdx.x; w < grid.work_tiles; w += gridDim.x) {
+  for (;;) {
+    sm90::mbarrier_wait(q_full, done & 1u);
+    const int w = sm90::ld_shared_s32(tile_slot(done));
+    if (w < 0) break;
     const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
-    if (!wt.valid) continue;
     const int b = wt.b, h = wt.h;
     const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
     const int warp_row0 = wt.row0 + consumer * 64 + warp * 16;  // this thread's rows: + group, + group + 8
@@ -236,10 +251,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const int key0 = tile * kBlockN;
       scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
       if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
-        softmax_update<Config::kFmaExpEvery>(s, row_max, row_sum, scale_log2, rescale);
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
       } else {
         mask_scores(s, p.mask, at, key0, sq, sk);
-        softmax_update<Config::kFmaExpEvery>(s, row_max, row_sum, scale_log2, rescale);
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
       }
       // Pins the softmax before the wait that follows: otherwise it may be scheduled after it, and
       // would no longer overlap the P V wgmmas.
@@ -274,7 +289,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       }
     };
 
-    sm90::mbarrier_wait(q_full, done & 1u);
     if (tile_begin < tile_end) {
       if (Config::kPingPong && consumer == kLastConsumer) hand_over_to(0);
       // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
@@ -327,7 +341,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     }
     ++done;
 
-    // Epilogue: normalise, write O (two elements per store) and the LSE.
+    // Epilogue: normalise, write O (two elements per store) and the LSE. The sequence and head
+    // come again from the tile's slot: keeping them from the top of the tile costs the widest
+    // configurations a spill.
+    const TileHead head = tile_head(p, grid, sm90::ld_shared_s32(tile_slot(done - 1)));
+    const int b_out = head.b, h_out = head.h;
     Element* out = static_cast<Element*>(p.out.data);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -338,17 +356,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const float inv = empty ? 0.f : 1.f / sum;
       const int row = at.row0 + 8 * r;
       if (row >= sq) continue;
-      Element* out_row = out + p.out.offset(b, row, h);
+      Element* out_row = out + p.out.offset(b_out, row, h_out);
 #pragma unroll
       for (int i = 0; i < kORegs; i += 4) {
         const int col = 8 * (i / 4) + 2 * at.quad;
         if (col < p.head_dim_v)
           *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
       }
-      // The running max is in the score units of the softmax (see fwd_softmax.cuh): scale_log2 /
-      // log2(e) converts it to a natural-log logit.
+      // The running max is in the score units of the softmax (see fwd_softmax.cuh): times the
+      // scale folded into exp2 (scale_log2 / log2(e), read here rather than kept in a register),
+      // it is a natural-log logit.
+      const float max_scale = Config::kGeneralScore ? 1.f : p.score.scale;
       if (at.quad == 0 && p.lse.defined())
-        p.lse.data[p.lse.offset(b, row, h)] = empty ? -INFINITY : row_max[r] * (scale_log2 / kLog2e) + logf(sum);
+        p.lse.data[p.lse.offset(b_out, row, h_out)] = empty ? -INFINITY : row_max[r] * max_scale + logf(sum);
     }
   }
 #endif

@@ -54,9 +54,7 @@ FwdTuning& fwd_tuning() {
     if (env("FLASHATTN_FA3_PINGPONG") == "0") t.pingpong = false;
     if (const std::string v = env("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144") t.d128_block_n = std::stoi(v);
-    if (env("FLASHATTN_FA3_D64_BLOCKN") == "160") t.d64_two_consumer_block_n = 160;
-    if (env("FLASHATTN_FA3_PERSISTENT_MASKED") == "1") t.persistent_masked = true;
-    if (env("FLASHATTN_FA3_D64_FMA_EXP") == "1") t.d64_fma_exp = true;
+    if (const std::string v = env("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
     return t;
   }();
   return tuning;

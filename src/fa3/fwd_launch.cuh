@@ -25,42 +25,54 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   // Nothing to compute (and a zero extent would make the tensor-map encode fail): return first.
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
-  // Dense unmasked calls run persistent, one CTA per SM (the kernel fills an SM's shared memory):
-  // their tiles are all alike, so a stride balances. Causal/windowed tiles vary in length: a CTA
-  // per tile, which the hardware hands out as SMs free up, longest first (work_tile's order); or,
-  // with FwdTuning::persistent_masked, persistent in the length-major order. Varlen: a CTA per tile.
-  const bool dense = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr;
-  const bool masked = p.mask.limits_keys();
-  const bool persistent = dense && (!masked || fwd_tuning().persistent_masked);
-  const FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), persistent && masked};
+  // Dense unmasked calls run persistent, one CTA per SM (the kernel fills an SM's shared memory),
+  // in the static order: their tiles are all alike, so a stride balances. Tiles of unequal length
+  // (causal, windowed, varlen, seqused_k) run persistent in the dynamic order (a tile counter in a
+  // stream-ordered allocation, zeroed before the launch), or with FwdTuning::dynamic_schedule off
+  // a CTA per tile, which the hardware hands out as SMs free up.
+  const bool uniform = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr && !p.mask.limits_keys();
+  const bool dynamic = !uniform && fwd_tuning().dynamic_schedule;
+  FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr};
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
   auto kernel = fwd_kernel<Config>;
+  auto cuda_error = [](const char* what, cudaError_t err) {
+    return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + what + cudaGetErrorString(err));
+  };
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
-  if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + cudaGetErrorString(err));
-  const int64_t ctas = persistent ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
-  kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: launch: ") + cudaGetErrorString(err));
+  if (err != cudaSuccess) return cuda_error("", err);
+  const int64_t ctas = uniform || dynamic ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
+  if (dynamic && ctas < grid.work_tiles) {
+    if ((err = cudaMallocAsync(reinterpret_cast<void**>(&grid.tile_counter), sizeof(int), stream)) != cudaSuccess)
+      return cuda_error("allocating the tile counter: ", err);
+    err = cudaMemsetAsync(grid.tile_counter, 0, sizeof(int), stream);
+  }
+  if (err == cudaSuccess) {
+    kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
+    err = cudaGetLastError();
+  }
+  // Freed in stream order after the kernel, also when a step failed.
+  if (grid.tile_counter != nullptr) {
+    const cudaError_t free_err = cudaFreeAsync(grid.tile_counter, stream);
+    if (err == cudaSuccess) err = free_err;
+  }
+  if (err != cudaSuccess) return cuda_error("launch: ", err);
   return {};
 }
 
 // The configurations of one (head dim, head dim v): general scores (softcap, ALiBi, scale <= 0) run
 // on two consumer warpgroups without ping-pong, with kBlockNGeneral keys per tile (their logit
 // stage needs more registers); plain scores on kPlainConsumers warpgroups with kBlockN keys,
-// kPlainFmaExpEvery (FwdConfig) and ping-pong unless FwdTuning turns it off.
-template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2,
-          int kPlainFmaExpEvery = 0>
+// and ping-pong unless FwdTuning turns it off.
+template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;
   const bool pingpong = fwd_tuning().pingpong;
   if (!p.plain_forward_scores())
     return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
   if (pingpong)
-    return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers, kPlainFmaExpEvery>>(p,
-                                                                                                                            stream);
-  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers, kPlainFmaExpEvery>>(p,
-                                                                                                                           stream);
+    return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers>>(p, stream);
+  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers>>(p, stream);
 }
 
 // Per head dim (the kernel's, after padding): fwd_hdim64.cu, fwd_hdim128.cu, ...

@@ -1,7 +1,14 @@
-// Work of the FA3 forward: each CTA walks the work tiles blockIdx.x, blockIdx.x + gridDim.x, ...;
-// a work tile is one kBlockM-row block of one (sequence, query head). Persistent launches (one CTA
-// per SM) overlap the next tile's Q and K loads with the last P V and the epilogue of the current
-// one; with a CTA per tile (gridDim.x = work_tiles) the loop runs once.
+// Work of the FA3 forward: a work tile is one kBlockM-row block of one (sequence, query head). The
+// producer thread picks the tiles and publishes each to the consumers (see the kernel's tile slot).
+// CTA c takes tile c first, then
+//   - static order (tile_counter null): c + gridDim.x, c + 2 gridDim.x, ...: a CTA per tile
+//     (gridDim.x = work_tiles: the loop runs once), or persistent CTAs over tiles that are all
+//     alike (dense, unmasked), where a stride balances;
+//   - dynamic order (tile_counter set, zero at launch): gridDim.x + atomicAdd(tile_counter, 1), the
+//     next tile not yet taken, as soon as the CTA is about to finish one. Persistent CTAs over
+//     tiles of unequal length (causal, windowed, varlen) then balance like a CTA-per-tile launch
+//     does (an SM that frees up takes the next tile) and still overlap the next tile's Q and K
+//     loads with the last P V and the epilogue of the current one.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +19,9 @@
 namespace flashattn::fa3 {
 
 struct FwdGrid {
-  int row_blocks;      // kBlockM-row blocks of the longest query sequence
-  int work_tiles;      // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
-  bool length_major;   // the order for persistent launches of unequal tiles (see work_tile)
+  int row_blocks;     // kBlockM-row blocks of the longest query sequence
+  int work_tiles;     // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
+  int* tile_counter;  // dynamic order: tiles taken past the first wave; null: static order
 };
 
 struct WorkTile {
@@ -25,32 +32,31 @@ struct WorkTile {
   bool valid;                // false: the block starts past this (varlen) sequence's end
 };
 
-// Default order: row blocks vary fastest, so the CTAs running at one time share a few heads' K and
-// V in L2 (and the query heads of one GQA group are neighbours). Within a head the blocks run last
-// to first: under a causal mask the last blocks see the most keys, and the longest tiles go first.
-// Length-major order (persistent causal): all (sequence, head) pairs' last row blocks first, then
-// the next-to-last, ..., and every other wave of gridDim.x tiles in reverse, so that a CTA
-// which took one of the longest tiles of a wave takes one of the shortest of the next and the
-// CTAs' totals balance (a plain stride gave some CTAs three times the work of others).
+// The tile a CTA takes after tile w (>= grid.work_tiles: none left). Called by the producer thread.
+__device__ __forceinline__ int next_work_tile(const FwdGrid& grid, int w) {
+  return grid.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(grid.tile_counter, 1) : w + int(gridDim.x);
+}
+
+// The (sequence, query head) of work tile w and its rank among that head's row blocks, counted
+// from the last one. Row blocks vary fastest, so the CTAs running at one time share a few heads' K and V in L2 (and
+// the query heads of one GQA group are neighbours). Within a head the blocks run last to first:
+// under a causal mask the last blocks see the most keys, and the longest tiles go first.
+struct TileHead {
+  int b, h, rank;
+};
+
+__device__ __forceinline__ TileHead tile_head(const AttnProblem& p, const FwdGrid& grid, int w) {
+  const int head_index = w / grid.row_blocks;
+  return {head_index / int(p.heads_q), head_index % int(p.heads_q), w - head_index * grid.row_blocks};
+}
+
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkTile work_tile(const AttnProblem& p, const FwdGrid& grid, int w) {
   WorkTile t;
-  int head_index, rank;  // rank: row blocks from the last one
-  if (grid.length_major) {
-    const int ctas = int(gridDim.x), cta = int(blockIdx.x);
-    const int wave = (w - cta) / ctas;
-    const int in_wave = min(ctas, grid.work_tiles - wave * ctas);  // fewer in the last, partial wave
-    const int q = (wave & 1) ? wave * ctas + (in_wave - 1 - cta) : w;
-    const int pairs = grid.work_tiles / grid.row_blocks;
-    rank = q / pairs;
-    head_index = q - rank * pairs;
-  } else {
-    head_index = w / grid.row_blocks;
-    rank = w - head_index * grid.row_blocks;
-  }
-  t.row0 = (grid.row_blocks - 1 - rank) * kBlockM;
-  t.h = head_index % int(p.heads_q);
-  t.b = head_index / int(p.heads_q);
+  const TileHead head = tile_head(p, grid, w);
+  t.row0 = (grid.row_blocks - 1 - head.rank) * kBlockM;
+  t.h = head.h;
+  t.b = head.b;
   t.sq = int(p.lens.q(t.b));
   t.sk = int(p.lens.k(t.b));
   t.valid = t.row0 < t.sq;

@@ -63,28 +63,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, Acc
   }
 }
 
-// 2^x on the FMA and integer pipes instead of the MUFU unit (16 ex2 per clock per SM, the limit of
-// the softmax at small head dims): 2^x = 2^j 2^f with j = round(x), f in [-0.5, 0.5], 2^f by a
-// degree-3 polynomial fitted for relative error (1.5e-4 with float rounding, checked over
-// [-126, 0.5]; far below the bf16/fp16 rounding of P).
-// x < -126, -inf included (masked keys, rows with nothing visible yet), gives exactly 0 as ex2 does;
-// NaN gives NaN.
-__device__ __forceinline__ float exp2_on_fma(float x) {
-  constexpr float kRoundShift = 12582912.f;  // 1.5 * 2^23: adding it leaves round(x) in the low mantissa bits
-  const float clamped = fmaxf(x, -127.f);
-  const float shifted = clamped + kRoundShift;
-  const float f = clamped - (shifted - kRoundShift);
-  const float p = fmaf(fmaf(fmaf(0.05517206f, f, 0.2426124f), f, 0.69326103f), f, 0.99992794f);
-  // The low 9 bits of the shifted sum are j (two's complement): shifted to the exponent field.
-  const int bits = __float_as_int(p) + (__float_as_int(shifted) << 23);
-  return x >= -126.f ? __int_as_float(bits) : (x < -126.f ? 0.f : x);  // NaN stays NaN
-}
-
 // Online softmax update for one tile: new running max per row, the factor that rescales the
 // running sum and O, and s replaced by exp2(s * scale_log2 - max * scale_log2) (unnormalised P).
-// kFmaExpEvery > 0: every kFmaExpEvery-th element takes exp2_on_fma, the rest the MUFU ex2, so
-// both units share the exponentials.
-template <int kFmaExpEvery = 0, int kRegs>
+template <int kRegs>
 __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
 #pragma unroll
@@ -104,10 +85,7 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
       if ((i % 4) / 2 == r) {
-        const float x = fmaf(s[i], scale_log2, -max_scaled);
-        const int in_row = 2 * (i / 4) + i % 2;  // this element's index among its row's kRegs / 2
-        if (kFmaExpEvery > 0 && in_row % kFmaExpEvery == kFmaExpEvery - 1) s[i] = exp2_on_fma(x);
-        else s[i] = sm80::fast_exp2(x);
+        s[i] = sm80::fast_exp2(fmaf(s[i], scale_log2, -max_scaled));
         sum += s[i];
       }
     row_sum[r] = row_sum[r] * rescale[r] + sum;

@@ -8,21 +8,16 @@ namespace flashattn::fa3 {
 
 // 0 = chosen per call by the size rules in fwd_hdim64.cu / fwd_hdim128.cu. The environment
 // variables are read once per process: FLASHATTN_FA3_PINGPONG=0 turns ping-pong off,
-// FLASHATTN_FA3_D64_CONSUMERS=2|3, FLASHATTN_FA3_D64_BLOCKN=128|160 (two consumers) and
-// FLASHATTN_FA3_D128_BLOCKN=128|144 force those choices,
-// FLASHATTN_FA3_PERSISTENT_MASKED=1 and FLASHATTN_FA3_D64_FMA_EXP=1 turn those on.
+// FLASHATTN_FA3_D64_CONSUMERS=2|3 and
+// FLASHATTN_FA3_D128_BLOCKN=128|144 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the
+// dynamic schedule on or off.
 struct FwdTuning {
   bool pingpong = true;
   int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 96)
-  int d64_two_consumer_block_n = 128;  // key tile of plain d64 calls on two consumers: 128 or 160
   int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128 or 144
-  // Dense causal/windowed calls on persistent CTAs in the length-major order (fwd_scheduler.cuh)
-  // instead of a CTA per tile. Off until measured (a plain-stride persistent causal launch lost
-  // 30 % at 16k: unbalanced CTAs).
-  bool persistent_masked = false;
-  // d64 with three consumers: every 4th exponential on the FMA pipe instead of MUFU (the softmax
-  // of d64 is MUFU-bound). Off until measured.
-  bool d64_fma_exp = false;
+  // Causal, windowed and varlen calls on persistent CTAs that take their tiles from a counter
+  // (fwd_scheduler.cuh) instead of a CTA per tile. Off until measured.
+  bool dynamic_schedule = false;
 };
 
 // The process-wide tuning (fwd_launch.cu). Mutable for tests; not synchronised: set it before

@@ -2,8 +2,8 @@
 # On the GPU machine, after a build in build-gpu/: the FA3 forward over the peers grid in its
 # measurement variants (src/fa3/fwd_tuning.h) beside torch SDPA's flash and cuDNN backends from
 # the same run. Variants: default; pp0 = ping-pong off; n128 / n144 = d128 key tile forced to 128 / 144;
-# c2 = d64 with two consumer warpgroups; pm = persistent causal (length-major order); fx = d64
-# with a quarter of the exponentials on the FMA pipe; c2w = d64 on two consumers with 160-key tiles.
+# c2 = d64 with two consumer warpgroups; dyn1 / dyn0 = causal, windowed and varlen calls on
+# persistent CTAs with the dynamic schedule / on a CTA per tile.
 # FA3_VARIANTS="default c2" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
@@ -13,9 +13,8 @@ logdir="${1:?usage: tools/gpu/fa3_variants.sh LOGDIR}"
 mkdir -p "$logdir"
 bench="$(fa_benchmark_binary)"
 variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "n128:FLASHATTN_FA3_D128_BLOCKN=128" "n144:FLASHATTN_FA3_D128_BLOCKN=144"
-  "c2:FLASHATTN_FA3_D64_CONSUMERS=2" "pm:FLASHATTN_FA3_PERSISTENT_MASKED=1" "fx:FLASHATTN_FA3_D64_FMA_EXP=1"
-  "c2w:FLASHATTN_FA3_D64_CONSUMERS=2 FLASHATTN_FA3_D64_BLOCKN=160")
-wanted=" ${FA3_VARIANTS:-default pp0 n128 n144 c2 pm fx c2w} "
+  "c2:FLASHATTN_FA3_D64_CONSUMERS=2" "dyn1:FLASHATTN_FA3_DYNAMIC=1" "dyn0:FLASHATTN_FA3_DYNAMIC=0")
+wanted=" ${FA3_VARIANTS:-default pp0 n128 n144 c2 dyn1 dyn0} "
 jsons=()
 for v in "${variants[@]}"; do
   name="${v%%:*}" setting="${v#*:}"

@@ -32,6 +32,17 @@ __device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_co
 // Waits until the stores' shared-memory reads are done (the buffer may then be reused).
 __device__ __forceinline__ void tma_store_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
 
+// A 32-bit word at a shared-memory address (smem_u32). Explicit: a pointer the kernel derived from
+// an aligned integer would be accessed through the generic space.
+__device__ __forceinline__ void st_shared_s32(uint32_t smem_addr, int value) {
+  asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(smem_addr), "r"(value) : "memory");
+}
+__device__ __forceinline__ int ld_shared_s32(uint32_t smem_addr) {
+  int value;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(value) : "r"(smem_addr) : "memory");
+  return value;
+}
+
 // 16 zero bytes at a shared-memory address (smem_u32).
 __device__ __forceinline__ void st_shared_zero16(uint32_t smem_addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0u) : "memory");

@@ -114,42 +114,11 @@ TEST_P(Fa3ForwardPersistent, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()), ParamTestName());
 
-// The d64 variants the size rules do not pick (measured by tools/gpu/fa3_variants.sh): a quarter
-// of the exponentials on the FMA pipe (FwdTuning::d64_fma_exp; exp2_on_fma must give 0 for masked
-// keys and rows with nothing visible, like ex2), and two consumers with 160-key tiles.
-class Fa3ForwardD64Variants : public ::testing::TestWithParam<AttentionCase> {};
-
-TEST_P(Fa3ForwardD64Variants, FmaExpMatchesReference) {
-  SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) {
-    t.d64_consumers = 3;
-    t.d64_fma_exp = true;
-  });
-  expect_fa3_matches_reference(GetParam());
-}
-
-TEST_P(Fa3ForwardD64Variants, TwoConsumersWideMatchesReference) {
-  SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) {
-    t.d64_consumers = 2;
-    t.d64_two_consumer_block_n = 160;
-  });
-  expect_fa3_matches_reference(GetParam());
-}
-
-std::vector<AttentionCase> fa3_d64_sweep() {
-  std::vector<AttentionCase> cases;
-  for (const AttentionCase& c : fa3_sweep())
-    if (c.head_dim <= 64 && c.dv() <= 64) cases.push_back(c);
-  cases.push_back(persistent_cases()[0]);
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa3ForwardD64Variants, ::testing::ValuesIn(fa3_d64_sweep()), ParamTestName());
-
-// Causal and windowed on persistent CTAs in the length-major order (FwdTuning::persistent_masked):
-// the persistent grid's cases with a mask, plus a grid of exactly two full waves and a ragged one.
-std::vector<AttentionCase> persistent_masked_cases() {
+// Causal, windowed, varlen and seqused_k calls with more work tiles than SMs on persistent CTAs
+// that take their tiles from the counter (FwdTuning::dynamic_schedule) and on a CTA per tile: the
+// persistent grid's cases with a mask, a grid of exactly two full waves and a ragged one, and
+// varlen batches whose tiles outnumber the SMs (empty sequences, a sequence shorter than a block).
+std::vector<AttentionCase> unequal_tile_cases() {
   std::vector<AttentionCase> cases;
   for (AttentionCase c : persistent_cases()) {
     c.causal = true;
@@ -168,24 +137,47 @@ std::vector<AttentionCase> persistent_masked_cases() {
   cases.push_back(waves);
   waves.seqlen_q = 300;  // 3 x 66 = 198: one full wave and a partial one
   cases.push_back(waves);
+  for (int d : {64, 128, 256}) {
+    AttentionCase varlen;
+    varlen.batch = 5;
+    varlen.heads_q = 32;
+    varlen.heads_k = 8;
+    varlen.head_dim = d;
+    varlen.varlen_q = {700, 0, 90, 513, 260};  // 4 row blocks of the longest: 640 tiles, 5 valid per 16
+    varlen.varlen_k = {650, 33, 90, 1100, 260};
+    varlen.causal = d == 128;
+    cases.push_back(varlen);
+  }
+  AttentionCase used = persistent_cases()[1];
+  used.seqused_k = {700, 310, 1};
+  cases.push_back(used);
   return cases;
 }
 
-class Fa3ForwardPersistentMasked : public ::testing::TestWithParam<AttentionCase> {};
+class Fa3ForwardUnequalTiles : public ::testing::TestWithParam<AttentionCase> {};
 
-TEST_P(Fa3ForwardPersistentMasked, MatchesReference) {
+TEST_P(Fa3ForwardUnequalTiles, DynamicScheduleMatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) { t.persistent_masked = true; });
+  const TuningOverride force([](fa3::FwdTuning& t) { t.dynamic_schedule = true; });
   expect_fa3_matches_reference(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistentMasked, ::testing::ValuesIn(persistent_masked_cases()), ParamTestName());
+TEST_P(Fa3ForwardUnequalTiles, CtaPerTileMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) { t.dynamic_schedule = false; });
+  expect_fa3_matches_reference(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardUnequalTiles, ::testing::ValuesIn(unequal_tile_cases()), ParamTestName());
 
 // A race shows as results that move between runs: persistent (several tiles per CTA) at d128
-// (the 144-key tile) and d64 (three consumer warpgroups), and causal (a CTA per tile).
+// (the 144-key tile) and d64 (three consumer warpgroups), and causal on a CTA per tile and on the
+// dynamic schedule (the order of the tiles moves between runs; the results must not).
 TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
-  for (auto [d, causal, sk] : {std::tuple{128, false, 2304}, std::tuple{64, false, 2304}, std::tuple{128, true, 1500}}) {
+  for (auto [d, causal, sk, dynamic] : {std::tuple{128, false, 2304, false}, std::tuple{64, false, 2304, false},
+                                        std::tuple{128, true, 1500, false}, std::tuple{128, true, 1500, true}}) {
+    const TuningOverride force([dynamic = dynamic](fa3::FwdTuning& t) { t.dynamic_schedule = dynamic; });
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 1000;
@@ -194,7 +186,7 @@ TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
     c.heads_k = 4;
     c.head_dim = d;
     c.causal = causal;
-    SCOPED_TRACE(c.name());
+    SCOPED_TRACE(c.name() + (dynamic ? " dynamic" : ""));
     expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
   }
 }
