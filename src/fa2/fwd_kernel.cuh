@@ -1,9 +1,10 @@
 // FlashAttention-2 forward on mma.sync tensor cores (sm80+).
 //
-// One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 rows
-// (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN keys
-// stream through shared memory in a two-stage cp.async pipeline; S = Q K^T and O += P V run on
-// m16n8k16 MMAs, with P handed from the S accumulators to the A operand in registers.
+// One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 * kMTiles
+// rows (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN
+// keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile;
+// S = Q K^T and O += P V run on m16n8k16 MMAs, with P handed from the S accumulators to the A
+// operand in registers (and Q's fragments kept in registers where that does not spill).
 // Shared-memory rows are padded by 16 bytes, which keeps ldmatrix free of bank conflicts for
 // every head dim.
 #pragma once
@@ -27,8 +28,17 @@
 
 namespace flashattn::fa2 {
 
+// Shared memory per SM of the device code being compiled (host code: the largest, sm90's).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+inline constexpr int kSmemPerSm = 164 * 1024;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+inline constexpr int kSmemPerSm = 100 * 1024;
+#else
+inline constexpr int kSmemPerSm = 228 * 1024;
+#endif
+
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_,
-          bool kGeneralScore_ = true>
+          bool kGeneralScore_ = true, bool kQInRegs_ = false>
 struct FwdConfig {
   using Element = Element_;
   // Dropout is a template flag: its Philox state would otherwise take registers from every call.
@@ -49,16 +59,24 @@ struct FwdConfig {
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
+  // CTAs of 128 threads per SM that shared memory allows at best on the architecture being
+  // compiled (1 KB reserved per CTA). At 1 or 2 the launch bounds say so, and ptxas does not squeeze
+  // registers (spilling) for a third CTA that could never be resident; 0 leaves ptxas its choice.
+  static constexpr int kSmemCtas = kSmemPerSm / (kSmemBytes + 1024);
+  static constexpr int kMinBlocks = kThreads == 128 && kSmemCtas <= 2 ? kSmemCtas : 0;
   static constexpr int kNTilesS = kBlockN / 8;    // n8 tiles of S per warp
   static constexpr int kNTilesO = kHeadDim / 8;   // n8 tiles of O per warp
   // The softmax's running max moves only when passed by more than this (log2 units); see the kernel.
   static constexpr float kRescaleSlack = 8.f;
+  // Q's A fragments stay in registers across the key loop (kHeadDim / 16 * kMTiles * 4 of them)
+  // instead of being re-read from shared memory for every key tile.
+  static constexpr bool kQInRegs = kQInRegs_;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
 
 };
 
 template <typename Config>
-__global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
   constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
@@ -150,6 +168,7 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
     sm80::cp_async_commit();
   }
 
+  uint32_t q_frag[Config::kQInRegs ? Config::kHeadDim / 16 : 1][kMTiles][4];
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int stage = (tile - tile_begin) & 1;
     // One barrier per tile: it publishes this tile's copies and tells that every warp is done
@@ -167,6 +186,18 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
     const Element* v_tile = smem_v + stage * Config::kSmemKV;
     const int key0 = tile * kBlockN;
 
+    if constexpr (Config::kQInRegs) {
+      if (tile == tile_begin) {  // Q landed with the first K/V tile
+#pragma unroll
+        for (int kstep = 0; kstep < Config::kHeadDim / 16; ++kstep)
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {
+            const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+            const int a_col = kstep * 16 + (lane / 16) * 8;
+            sm80::ldmatrix_x4(q_frag[kstep][m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+          }
+      }
+    }
     // S = Q K^T for this warp's rows; each K fragment serves all kMTiles m16 tiles.
     float s[kMTiles][kNTilesS][4];
 #pragma unroll
@@ -178,9 +209,14 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       uint32_t a[kMTiles][4];
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
-        const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-        const int a_col = kstep * 16 + (lane / 16) * 8;
-        sm80::ldmatrix_x4(a[m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+        if constexpr (Config::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[m][i] = q_frag[kstep][m][i];
+        } else {
+          const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+          const int a_col = kstep * 16 + (lane / 16) * 8;
+          sm80::ldmatrix_x4(a[m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+        }
       }
 #pragma unroll
       for (int t = 0; t < kNTilesS; t += 2) {
