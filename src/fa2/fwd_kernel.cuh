@@ -376,8 +376,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
   }
 
   // Epilogue: normalise, write O and the LSE (or this split's float partials); rows that saw no
-  // key get 0 and -inf.
+  // key get 0 and -inf. O goes through this warp's own rows of the Q tile (no other warp reads
+  // them, and its last read of them is behind it) so that global memory sees whole 16-byte chunks
+  // of consecutive columns instead of 4-byte pieces of eight rows.
   Element* out = static_cast<Element*>(p.out.data);
+  Element* const o_stage = smem_q + warp * 16 * kMTiles * kRowStride;
   const bool to_partials = split_ws.splits > 1;
   const int64_t packed_base = packed_row_base(p, b);
 #pragma unroll
@@ -389,9 +392,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
     const bool empty = row_max[r] == -INFINITY || sum == 0.f;
     const float inv = empty ? 0.f : 1.f / sum;
     const float lse = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
-    const int row = warp_row0 + m * 16 + group + (r % 2) * 8;
-    if (row >= sq) continue;
+    const int row_local = m * 16 + group + (r % 2) * 8;  // within this warp's rows
+    const int row = warp_row0 + row_local;
     if (to_partials) {
+      if (row >= sq) continue;
       float* part = split_ws.out_partial + split_ws.out_offset(p, split, packed_base + row, h);
 #pragma unroll
       for (int t = 0; t < kNTilesO; ++t) {
@@ -401,15 +405,27 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
       if (quad == 0) split_ws.lse_partial[split_ws.lse_offset(p, split, packed_base + row, h)] = lse;
       continue;
     }
-    Element* out_row = out + p.out.offset(b, row, h);
 #pragma unroll
-    for (int t = 0; t < kNTilesO; ++t) {
-      const int col = t * 8 + quad * 2;
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(out_row + col) =
-            sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
+    for (int t = 0; t < kNTilesO; ++t)
+      *reinterpret_cast<uint32_t*>(o_stage + row_local * kRowStride + t * 8 + quad * 2) =
+          sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
+    if (row < sq && quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = lse;
+  }
+  if (!to_partials) {
+    __syncwarp();
+    // Rows of out are equally spaced (dense or varlen) and 16-byte aligned, head_dim_v a multiple
+    // of 8 (the validation's rules), so every chunk is whole.
+    Element* const out_rows = out + p.out.offset(b, 0, h);
+    constexpr int kChunks = Config::kHeadDim / 8, kWarpChunks = 16 * kMTiles * kChunks;
+    static_assert(kWarpChunks % 32 == 0, "whole chunk rounds per warp");
+#pragma unroll
+    for (int i = 0; i < kWarpChunks / 32; ++i) {
+      const int chunk = i * 32 + lane, row_local = chunk / kChunks, col = chunk % kChunks * 8;
+      const int row = warp_row0 + row_local;
+      if (row < sq && col < p.head_dim_v)
+        *reinterpret_cast<uint4*>(out_rows + row * p.out.row_stride + col) =
+            *reinterpret_cast<const uint4*>(o_stage + row_local * kRowStride + col);
     }
-    if (quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = lse;
   }
 }
 
