@@ -1,9 +1,10 @@
 // FlashAttention-2 forward on mma.sync tensor cores (sm80+).
 //
-// One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 rows
-// (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN keys
-// stream through shared memory in a two-stage cp.async pipeline; S = Q K^T and O += P V run on
-// m16n8k16 MMAs, with P handed from the S accumulators to the A operand in registers.
+// One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 * kMTiles
+// rows (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN
+// keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile;
+// S = Q K^T and O += P V run on m16n8k16 MMAs, with P handed from the S accumulators to the A
+// operand in registers (and Q's fragments kept in registers where that does not spill).
 // Shared-memory rows are padded by 16 bytes, which keeps ldmatrix free of bank conflicts for
 // every head dim.
 #pragma once
@@ -27,8 +28,17 @@
 
 namespace flashattn::fa2 {
 
+// Shared memory per SM of the device code being compiled (host code: the largest, sm90's).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+inline constexpr int kSmemPerSm = 164 * 1024;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+inline constexpr int kSmemPerSm = 100 * 1024;
+#else
+inline constexpr int kSmemPerSm = 228 * 1024;
+#endif
+
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_,
-          bool kGeneralScore_ = true>
+          bool kGeneralScore_ = true, bool kQInRegs_ = false>
 struct FwdConfig {
   using Element = Element_;
   // Dropout is a template flag: its Philox state would otherwise take registers from every call.
@@ -49,14 +59,24 @@ struct FwdConfig {
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
+  // CTAs of 128 threads per SM that shared memory allows at best on the architecture being
+  // compiled (1 KB reserved per CTA). At 1 or 2 the launch bounds say so, and ptxas does not squeeze
+  // registers (spilling) for a third CTA that could never be resident; 0 leaves ptxas its choice.
+  static constexpr int kSmemCtas = kSmemPerSm / (kSmemBytes + 1024);
+  static constexpr int kMinBlocks = kThreads == 128 && kSmemCtas <= 2 ? kSmemCtas : 0;
   static constexpr int kNTilesS = kBlockN / 8;    // n8 tiles of S per warp
   static constexpr int kNTilesO = kHeadDim / 8;   // n8 tiles of O per warp
+  // The softmax's running max moves only when passed by more than this (log2 units); see the kernel.
+  static constexpr float kRescaleSlack = 8.f;
+  // Q's A fragments stay in registers across the key loop (kHeadDim / 16 * kMTiles * 4 of them)
+  // instead of being re-read from shared memory for every key tile.
+  static constexpr bool kQInRegs = kQInRegs_;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
 
 };
 
 template <typename Config>
-__global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
   constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
@@ -89,56 +109,95 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
   // Row r of this thread is warp_row0 + (r / 2) * 16 + group + (r % 2) * 8; its diagonal key is
   // row + sk - sq (causal and window limits and the ALiBi distance are relative to it).
   const int diag0 = warp_row0 + group + sk - sq;
+  // Keys [unmasked_lo, unmasked_hi) are visible to every row of this warp, so a tile inside needs
+  // no per-element mask: tile_fully_visible for this warp's rows, derived once in place of 64-bit
+  // corner tests per tile.
+  const int warp_diag_first = warp_row0 + sk - sq, warp_diag_last = warp_diag_first + 16 * kMTiles - 1;
+  const int unmasked_lo =
+      p.mask.window_left >= 0 ? int(max(int64_t(0), int64_t(warp_diag_last) - p.mask.window_left)) : 0;
+  const int unmasked_hi =
+      p.mask.window_right >= 0 ? int(min(int64_t(sk), int64_t(warp_diag_first) + p.mask.window_right + 1)) : sk;
 
   float o[kMTiles][kNTilesO][4];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
     for (int t = 0; t < kNTilesO; ++t) o[m][t][0] = o[m][t][1] = o[m][t][2] = o[m][t][3] = 0.f;
-  float row_max[kRows], row_sum[kRows];  // row_sum: this thread's share, reduced over the quad at the end
+  // row_max: the running max in exponent units (log2, scale folded in); row_sum: this thread's
+  // share, reduced over the quad at the end.
+  float row_max[kRows], row_sum[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     row_max[r] = -INFINITY;
     row_sum[r] = 0.f;
   }
 
+  constexpr float kRescaleSlack = Config::kRescaleSlack;
+  constexpr float kLn2 = 0.6931471805599453f;
   const ScoreParams score = p.score;
   const float slope = p.alibi_slope(b, h);
   const float log2e = 1.4426950408889634f;
   const bool softcap = score.softcap > 0.f;
   // s holds logits (general path) or raw scores (plain path, scale > 0): the exponent of P is
-  // (s - row_max) * exp_scale, and the LSE in natural-log units is row_max * lse_scale + log(sum).
+  // s * exp_scale - row_max, and the LSE in natural-log units is (row_max + log2(sum)) * ln 2.
   const float exp_scale = Config::kGeneralScore ? log2e : score.scale * log2e;
-  const float lse_scale = Config::kGeneralScore ? 1.f : score.scale;
   const uint32_t dropout_threshold_bits = dropout_threshold(p.dropout_p);
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
 
+  // K/V tiles: dense, varlen and batch-indexed layouts through loaders whose addresses are derived
+  // once; paged caches look each row's page up per tile.
+  const bool kv_paged = p.k.block_table != nullptr || p.v.block_table != nullptr;
+  const StridedTileLoader<Config, kBlockN> k_loader(p.k, b, hk, int(p.head_dim));
+  const StridedTileLoader<Config, kBlockN> v_loader(p.v, b, hk, int(p.head_dim_v));
+  const auto load_kv = [&](int tile, int stage) {
+    const int key0 = tile * kBlockN;
+    Element* k_dst = smem_k + stage * Config::kSmemKV;
+    Element* v_dst = smem_v + stage * Config::kSmemKV;
+    if (kv_paged) {
+      load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), k_dst);
+      load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), v_dst);
+    } else {
+      k_loader.load(key0, sk - key0, k_dst);
+      v_loader.load(key0, sk - key0, v_dst);
+    }
+  };
+
   if (tile_begin < tile_end) {
-    const int key0 = tile_begin * kBlockN;
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
-    load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), smem_k);
-    load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), smem_v);
+    load_kv(tile_begin, 0);
     sm80::cp_async_commit();
   }
 
+  uint32_t q_frag[Config::kQInRegs ? Config::kHeadDim / 16 : 1][kMTiles][4];
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int stage = (tile - tile_begin) & 1;
-    // Prefetch the next K/V tile into the other stage (freed by the barrier ending the last step).
-    if (tile + 1 < tile_end) {
-      const int next0 = (tile + 1) * kBlockN;
-      load_tile_async<Config, kBlockN>(p.k, b, hk, next0, sk - next0, int(p.head_dim),
-                                       smem_k + (stage ^ 1) * Config::kSmemKV);
-      load_tile_async<Config, kBlockN>(p.v, b, hk, next0, sk - next0, int(p.head_dim_v),
-                                       smem_v + (stage ^ 1) * Config::kSmemKV);
-    }
-    sm80::cp_async_commit();
-    sm80::cp_async_wait<1>();
+    // One barrier per tile: it publishes this tile's copies and tells that every warp is done
+    // with the previous tile, whose stage then takes the prefetch of the next one. (Prefetching
+    // before the wait needs a second barrier per tile, at its end, to free the stage; both
+    // versions overlap the next tile's loads with this tile's math.)
+    sm80::cp_async_wait<0>();
     __syncthreads();
+    if (tile + 1 < tile_end) {
+      load_kv(tile + 1, stage ^ 1);
+      sm80::cp_async_commit();
+    }
 
     const Element* k_tile = smem_k + stage * Config::kSmemKV;
     const Element* v_tile = smem_v + stage * Config::kSmemKV;
     const int key0 = tile * kBlockN;
 
+    if constexpr (Config::kQInRegs) {
+      if (tile == tile_begin) {  // Q landed with the first K/V tile
+#pragma unroll
+        for (int kstep = 0; kstep < Config::kHeadDim / 16; ++kstep)
+#pragma unroll
+          for (int m = 0; m < kMTiles; ++m) {
+            const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+            const int a_col = kstep * 16 + (lane / 16) * 8;
+            sm80::ldmatrix_x4(q_frag[kstep][m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+          }
+      }
+    }
     // S = Q K^T for this warp's rows; each K fragment serves all kMTiles m16 tiles.
     float s[kMTiles][kNTilesS][4];
 #pragma unroll
@@ -150,9 +209,14 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       uint32_t a[kMTiles][4];
 #pragma unroll
       for (int m = 0; m < kMTiles; ++m) {
-        const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-        const int a_col = kstep * 16 + (lane / 16) * 8;
-        sm80::ldmatrix_x4(a[m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+        if constexpr (Config::kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[m][i] = q_frag[kstep][m][i];
+        } else {
+          const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+          const int a_col = kstep * 16 + (lane / 16) * 8;
+          sm80::ldmatrix_x4(a[m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
+        }
       }
 #pragma unroll
       for (int t = 0; t < kNTilesS; t += 2) {
@@ -199,7 +263,7 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       }
     }
     // The mask runs only on tiles that cross a row's visible range (a warp-uniform test).
-    if (!tile_fully_visible(p.mask, warp_row0, warp_row0 + 16 * kMTiles, key0, key0 + kBlockN, sq, sk)) {
+    if (key0 < unmasked_lo || key0 + kBlockN > unmasked_hi) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const int diag = diag0 + (r / 2) * 16 + (r % 2) * 8;
@@ -215,33 +279,51 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       }
     }
 
-    // Online softmax; a quad shares each row.
+    // Online softmax; a quad shares each row. A row's running max moves only when its tile max
+    // passes it by more than kRescaleSlack (log2 units; FA4's lazy rescale): P then stays below
+    // 2^kRescaleSlack, which fp16/bf16 and the float sums hold as precisely as values below 1, and
+    // O and the sum keep sharing one factor, so the result is the same while the O rescale (one
+    // FMUL per accumulator, as many as the tile's MMAs at kBlockN 32) becomes rare: one
+    // warp-uniform branch per tile.
+    float tile_max[kRows];
+    bool grow = false;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int m = r / 2, e0 = 2 * (r % 2);
-      float tile_max = -INFINITY;
+      float mx = -INFINITY;
 #pragma unroll
-      for (int t = 0; t < kNTilesS; ++t) tile_max = fmaxf(tile_max, fmaxf(s[m][t][e0], s[m][t][e0 + 1]));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float new_max = fmaxf(row_max[r], tile_max);
-      // A row with nothing visible yet keeps max -inf; use 0 in the exponent to avoid inf - inf.
-      const float max_scaled = new_max == -INFINITY ? 0.f : new_max * exp_scale;
-      if (new_max != row_max[r]) {
-        const float rescale = sm80::fast_exp2(row_max[r] * exp_scale - max_scaled);
+      for (int t = 0; t < kNTilesS; ++t) mx = fmaxf(mx, fmaxf(s[m][t][e0], s[m][t][e0 + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      tile_max[r] = mx * exp_scale;  // -inf for a row with nothing visible in this tile
+      grow |= tile_max[r] > row_max[r] + kRescaleSlack;
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int m = r / 2, e0 = 2 * (r % 2);
+        const bool moves = tile_max[r] > row_max[r] + kRescaleSlack;
+        // From -inf (nothing seen yet) the factor is 0, applied to a zero O and sum.
+        const float rescale = moves ? sm80::fast_exp2(row_max[r] - tile_max[r]) : 1.f;
+        row_max[r] = moves ? tile_max[r] : row_max[r];
         row_sum[r] *= rescale;
 #pragma unroll
         for (int t = 0; t < kNTilesO; ++t) {
           o[m][t][e0] *= rescale;
           o[m][t][e0 + 1] *= rescale;
         }
-        row_max[r] = new_max;
       }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int m = r / 2, e0 = 2 * (r % 2);
+      // A row with nothing visible yet keeps max -inf; use 0 in the exponent to avoid inf - inf.
+      const float max_used = row_max[r] == -INFINITY ? 0.f : row_max[r];
 #pragma unroll
       for (int t = 0; t < kNTilesS; ++t)
 #pragma unroll
         for (int e = e0; e < e0 + 2; ++e) {
-          const float pe = sm80::fast_exp2(fmaf(s[m][t][e], exp_scale, -max_scaled));
+          const float pe = sm80::fast_exp2(fmaf(s[m][t][e], exp_scale, -max_used));
           row_sum[r] += pe;
           s[m][t][e] = pe;
         }
@@ -264,17 +346,20 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
           }
     }
 
-    // O += P V: the S accumulators of key tiles 2k, 2k+1 are the A fragment of k-step k.
+    // P as the A operand of O += P V: the S accumulators of key tiles 2k, 2k+1 form k-step k.
+    // Packed before the GEMM so the float scores are dead while it runs.
+    uint32_t pa[kMTiles][kBlockN / 16][4];
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+#pragma unroll
+      for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
+        pa[m][kstep][0] = sm80::pack2<Element>(s[m][2 * kstep][0], s[m][2 * kstep][1]);
+        pa[m][kstep][1] = sm80::pack2<Element>(s[m][2 * kstep][2], s[m][2 * kstep][3]);
+        pa[m][kstep][2] = sm80::pack2<Element>(s[m][2 * kstep + 1][0], s[m][2 * kstep + 1][1]);
+        pa[m][kstep][3] = sm80::pack2<Element>(s[m][2 * kstep + 1][2], s[m][2 * kstep + 1][3]);
+      }
 #pragma unroll
     for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int m = 0; m < kMTiles; ++m) {
-        a[m][0] = sm80::pack2<Element>(s[m][2 * kstep][0], s[m][2 * kstep][1]);
-        a[m][1] = sm80::pack2<Element>(s[m][2 * kstep][2], s[m][2 * kstep][3]);
-        a[m][2] = sm80::pack2<Element>(s[m][2 * kstep + 1][0], s[m][2 * kstep + 1][1]);
-        a[m][3] = sm80::pack2<Element>(s[m][2 * kstep + 1][2], s[m][2 * kstep + 1][3]);
-      }
 #pragma unroll
       for (int t = 0; t < kNTilesO; t += 2) {
         uint32_t bv[4];  // b0,b1 of head-dim tiles t and t + 1
@@ -283,18 +368,19 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
         sm80::ldmatrix_x4_trans(bv, sm80::smem_address(v_tile + v_row * kRowStride + v_col));
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
-          sm80::mma_m16n8k16<Element>(o[m][t], a[m], bv[0], bv[1]);
-          sm80::mma_m16n8k16<Element>(o[m][t + 1], a[m], bv[2], bv[3]);
+          sm80::mma_m16n8k16<Element>(o[m][t], pa[m][kstep], bv[0], bv[1]);
+          sm80::mma_m16n8k16<Element>(o[m][t + 1], pa[m][kstep], bv[2], bv[3]);
         }
       }
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
   }
-  sm80::cp_async_wait<0>();
 
   // Epilogue: normalise, write O and the LSE (or this split's float partials); rows that saw no
-  // key get 0 and -inf.
+  // key get 0 and -inf. O goes through this warp's own rows of the Q tile (no other warp reads
+  // them, and its last read of them is behind it) so that global memory sees whole 16-byte chunks
+  // of consecutive columns instead of 4-byte pieces of eight rows.
   Element* out = static_cast<Element*>(p.out.data);
+  Element* const o_stage = smem_q + warp * 16 * kMTiles * kRowStride;
   const bool to_partials = split_ws.splits > 1;
   const int64_t packed_base = packed_row_base(p, b);
 #pragma unroll
@@ -305,10 +391,11 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const bool empty = row_max[r] == -INFINITY || sum == 0.f;
     const float inv = empty ? 0.f : 1.f / sum;
-    const float lse = empty ? -INFINITY : row_max[r] * lse_scale + logf(sum);
-    const int row = warp_row0 + m * 16 + group + (r % 2) * 8;
-    if (row >= sq) continue;
+    const float lse = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
+    const int row_local = m * 16 + group + (r % 2) * 8;  // within this warp's rows
+    const int row = warp_row0 + row_local;
     if (to_partials) {
+      if (row >= sq) continue;
       float* part = split_ws.out_partial + split_ws.out_offset(p, split, packed_base + row, h);
 #pragma unroll
       for (int t = 0; t < kNTilesO; ++t) {
@@ -318,15 +405,27 @@ __global__ void __launch_bounds__(Config::kThreads) fwd_kernel(const AttnProblem
       if (quad == 0) split_ws.lse_partial[split_ws.lse_offset(p, split, packed_base + row, h)] = lse;
       continue;
     }
-    Element* out_row = out + p.out.offset(b, row, h);
 #pragma unroll
-    for (int t = 0; t < kNTilesO; ++t) {
-      const int col = t * 8 + quad * 2;
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(out_row + col) =
-            sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
+    for (int t = 0; t < kNTilesO; ++t)
+      *reinterpret_cast<uint32_t*>(o_stage + row_local * kRowStride + t * 8 + quad * 2) =
+          sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
+    if (row < sq && quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = lse;
+  }
+  if (!to_partials) {
+    __syncwarp();
+    // Rows of out are equally spaced (dense or varlen) and 16-byte aligned, head_dim_v a multiple
+    // of 8 (the validation's rules), so every chunk is whole.
+    Element* const out_rows = out + p.out.offset(b, 0, h);
+    constexpr int kChunks = Config::kHeadDim / 8, kWarpChunks = 16 * kMTiles * kChunks;
+    static_assert(kWarpChunks % 32 == 0, "whole chunk rounds per warp");
+#pragma unroll
+    for (int i = 0; i < kWarpChunks / 32; ++i) {
+      const int chunk = i * 32 + lane, row_local = chunk / kChunks, col = chunk % kChunks * 8;
+      const int row = warp_row0 + row_local;
+      if (row < sq && col < p.head_dim_v)
+        *reinterpret_cast<uint4*>(out_rows + row * p.out.row_stride + col) =
+            *reinterpret_cast<const uint4*>(o_stage + row_local * kRowStride + col);
     }
-    if (quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = lse;
   }
 }
 

@@ -77,8 +77,8 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-// Tile experiments: FLASHATTN_FA2_FWD_VARIANT=1 or 2 picks an alternative non-dropout tiling
-// (bench only; 0 or unset is the default).
+// Tile experiments: FLASHATTN_FA2_FWD_VARIANT=1, 2 or 3 picks an alternative tiling of the plain
+// (no dropout, softcap or ALiBi) kernels (bench only; 0 or unset is the default).
 int tile_variant() {
   static const int variant = [] {
     const char* v = std::getenv("FLASHATTN_FA2_FWD_VARIANT");
@@ -89,11 +89,14 @@ int tile_variant() {
 
 // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. Head dims 32, 64, .., 256
 // have kernels of their own (H200: the GPU suite, 2026-11-29); others run padded to the next. The dropout variants take smaller tiles where the
-// Philox state would otherwise spill.
+// Philox state would otherwise spill. The plain d64 kernel keeps Q's fragments in registers (238
+// registers, two CTAs per SM either way; at d96 and up, and with softcap/ALiBi or dropout, they
+// would spill; at d32 they would cost the third CTA).
 template <typename Element, bool kDropout, bool kGeneral>
 Status launch_head_dim(int64_t dim, const AttnProblem& p, cudaStream_t stream) {
+  constexpr bool kPlain = !kDropout && !kGeneral;
   if (dim <= 32) return launch<FwdConfig<Element, 32, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
-  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral>>(p, stream);
+  if (dim <= 64) return launch<FwdConfig<Element, 64, 128, kDropout ? 32 : 64, 4, kDropout, kGeneral, kPlain>>(p, stream);
   if (dim <= 96) return launch<FwdConfig<Element, 96, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
   if (dim <= 128) return launch<FwdConfig<Element, 128, kDropout ? 64 : 128, 32, 4, kDropout, kGeneral>>(p, stream);
   if (dim <= 160) return launch<FwdConfig<Element, 160, 64, 32, 4, kDropout, kGeneral>>(p, stream);
@@ -117,6 +120,9 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
+    // d256 at 128x64 with 8 warps: half the key tiles of the default per row block; 198 KB of
+    // shared memory (sm90's 227 KB allows one CTA per SM; on sm80 the launch reports it).
+    if (variant == 3 && dim > 224) return launch<FwdConfig<Element, 256, 128, 64, 8, false, false>>(p, stream);
   }
   return launch_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
 }

@@ -54,4 +54,56 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
   }
 }
 
+// The tiles of one (sequence, head) whose rows are equally spaced in memory: dense, varlen and
+// batch-indexed layouts, not paged caches. The address of row 0 is derived once per CTA (it is
+// the same for every thread, so it needs no per-thread registers in the key loop); a tile then
+// costs each thread one multiply-add and each 16-byte copy an add, where load_tile_async re-derives
+// every row's address per tile (a varlen offset load, 64-bit multiplies, the layout branches): in
+// the forward's key loop that was about as many instructions as the softmax.
+template <typename Config, int kRows>
+struct StridedTileLoader {
+  using Element = typename Config::Element;
+  static constexpr int kChunksPerRow = Config::kHeadDim / 8;
+  static constexpr int kRowStep = Config::kThreads / kChunksPerRow;
+  static constexpr bool kExact = Config::kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0;
+  static constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
+  static_assert(kRowStep > 0, "at least one row per step");
+
+  const Element* base;  // the tensor's start: the (unread) source of zero-filled copies
+  const Element* rows;  // row 0, column 0 of (b, head)
+  int64_t row_stride;   // elements
+  int dim;              // columns past dim are zero-filled
+
+  __device__ __forceinline__ StridedTileLoader(const RowsView& view, int64_t b, int64_t head, int dim_)
+      : base(static_cast<const Element*>(view.data)),
+        // Paged views are not strided (their callers take load_tile_async); keep rows harmless.
+        rows(view.block_table != nullptr ? base : base + view.offset(b, 0, head)),
+        row_stride(view.row_stride),
+        dim(dim_) {}
+
+  // Rows [row0, row0 + kRows) into smem (row stride Config::kRowStride); rows from rows_valid on
+  // and columns past dim are zero-filled.
+  __device__ __forceinline__ void load(int row0, int rows_valid, Element* smem) const {
+    const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+    if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
+    const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+    constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+    const Element* src = rows + int64_t(row0 + first_row) * row_stride + col;
+    const int64_t step = kRowStep * row_stride;
+    auto in_tile = [&](int i) { return kExact || first_row + i * kRowStep < kRows; };
+    if (dim == Config::kHeadDim && rows_valid >= kRows) {  // every tile but a ragged last one
+#pragma unroll
+      for (int i = 0; i < kSteps; ++i)
+        if (in_tile(i)) sm80::cp_async_16(dst + i * kDstStep, src + i * step, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kSteps; ++i) {
+        if (!in_tile(i)) break;
+        const bool valid = col < dim && first_row + i * kRowStep < rows_valid;
+        sm80::cp_async_16(dst + i * kDstStep, valid ? src + i * step : base, valid);
+      }
+    }
+  }
+};
+
 }  // namespace flashattn::fa2
