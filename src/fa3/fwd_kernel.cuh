@@ -123,14 +123,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       // Varlen: the maps span all rows (batch extent 1); sequence b starts at row cu_seqlens[b].
       const bool varlen = p.lens.cu_seqlens_q != nullptr;
       uint32_t done = 0, uses = 0;  // as the consumers count them
-      for (int w = blockIdx.x;; w = next_work_tile(grid, w)) {
+      for (int n = blockIdx.x;; n = next_work_tile(grid, n)) {  // n: position in the order
         // The slot is free once every consumer has released the previous Q (it had read the slot).
-        if (w >= grid.work_tiles) {  // no tile left: the consumers read -1
+        if (n >= grid.work_tiles) {  // no tile left: the consumers read -1
           sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
           sm90::st_shared_s32(tile_slot(done), -1);
           sm90::mbarrier_arrive(q_full);
           break;
         }
+        const int w = grid.section_heads > 1 ? scheduled_tile(grid, n) : n;
         const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
         if (!wt.valid) continue;
         sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);

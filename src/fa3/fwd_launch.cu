@@ -55,6 +55,7 @@ FwdTuning& fwd_tuning() {
     if (const std::string v = env("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144") t.d128_block_n = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
+    if (const std::string v = env("FLASHATTN_FA3_SECTION_MB"); !v.empty()) t.section_mb = std::max(0, std::atoi(v.c_str()));
     return t;
   }();
   return tuning;

@@ -22,6 +22,7 @@ struct FwdGrid {
   int row_blocks;     // kBlockM-row blocks of the longest query sequence
   int work_tiles;     // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
   int* tile_counter;  // dynamic order: tiles taken past the first wave; null: static order
+  int section_heads;  // (sequence, query head) pairs per section of the dynamic order (scheduled_tile)
 };
 
 struct WorkTile {
@@ -38,9 +39,10 @@ __device__ __forceinline__ int next_work_tile(const FwdGrid& grid, int w) {
 }
 
 // The (sequence, query head) of work tile w and its rank among that head's row blocks, counted
-// from the last one. Row blocks vary fastest, so the CTAs running at one time share a few heads' K and V in L2 (and
-// the query heads of one GQA group are neighbours). Within a head the blocks run last to first:
-// under a causal mask the last blocks see the most keys, and the longest tiles go first.
+// from the last one: w = head index * row_blocks + rank, head index = b * heads_q + h. In this
+// order (the static one) row blocks vary fastest, so the CTAs running at one time share a few
+// heads' K and V in L2 (and the query heads of one GQA group are neighbours). Within a head the
+// blocks run last to first: under a causal mask the last blocks see the most keys.
 struct TileHead {
   int b, h, rank;
 };
@@ -48,6 +50,22 @@ struct TileHead {
 __device__ __forceinline__ TileHead tile_head(const AttnProblem& p, const FwdGrid& grid, int w) {
   const int head_index = w / grid.row_blocks;
   return {head_index / int(p.heads_q), head_index % int(p.heads_q), w - head_index * grid.row_blocks};
+}
+
+// The work tile at position n of the dynamic order (producer only: the consumers get the tile). The
+// (sequence, head) pairs are cut into sections of section_heads consecutive ones; sections run one
+// after the other, and within a section all its heads' last row blocks first, then the
+// next-to-last, ...: longest first, so the tiles still running at the end are short ones
+// (balanced CTAs), while the K and V the CTAs read at one time are a section's (the launch sizes
+// sections to fit in L2). section_heads = 1: the static order.
+__device__ __forceinline__ int scheduled_tile(const FwdGrid& grid, int n) {
+  const int section_tiles = grid.section_heads * grid.row_blocks;
+  const int section = n / section_tiles;
+  const int first_head = section * grid.section_heads;
+  const int heads = min(grid.section_heads, grid.work_tiles / grid.row_blocks - first_head);  // the last may be short
+  const int in_section = n - section * section_tiles;
+  const int rank = in_section / heads;
+  return (first_head + (in_section - rank * heads)) * grid.row_blocks + rank;
 }
 
 template <int kBlockM, int kBlockN>
