@@ -89,9 +89,14 @@ struct BwdConfig {
   static constexpr int kRowsPerPass = kRowsPerWarp / kRowPasses;
   static constexpr int kRowTiles = kRowsPerPass / 8;  // n8 tiles of S^T per warp and pass
 
-  // dQ: warp w owns rows (w % kWarpsDqRows) * 16 and a kHeadDim / kWarpsDqCols column slice,
-  // computed in chunks of kDqChunkTiles n8 tiles to bound the live accumulators.
-  static constexpr int kWarpsDqRows = kBlockM / 16;
+  // dQ: warp w owns kDqMTiles m16 tiles of rows from (w % kWarpsDqRows) * 16 * kDqMTiles and a
+  // kHeadDim / kWarpsDqCols column slice, computed in chunks of kDqChunkTiles n8 tiles to bound the
+  // live accumulators. Two m16 tiles per warp (d >= 128) share each K fragment between them: per
+  // k-step 2 + 2 ldmatrix.x4 feed 8 MMAs where one m16 tile took 1 + 2 for 4 (and re-read the dS
+  // fragments in every chunk); at d64 the column slices would shrink to 16 and save nothing. The
+  // dropout and one-stage kernels keep one (no registers left for 16 more accumulators: spills).
+  static constexpr int kDqMTiles = (kHeadDim >= 128 && !kDropout && kStages == 2) ? 2 : 1;
+  static constexpr int kWarpsDqRows = kBlockM / (16 * kDqMTiles);
   static constexpr int kWarpsDqCols = kWarps / kWarpsDqRows;
   static constexpr int kColTilesDq = kHeadDim / kWarpsDqCols / 8;
   static constexpr int kDqChunkTiles = kColTilesDq < 4 ? kColTilesDq : 4;
@@ -111,7 +116,8 @@ struct BwdConfig {
                 "the dQ staging tiles fit in one Q stage");
 
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % 16 == 0, "tile shape");
-  static_assert(kWarps % kWarpsKeys == 0 && kWarps % kWarpsDqRows == 0, "warp layout");
+  static_assert(kWarps % kWarpsKeys == 0 && kWarps % kWarpsDqRows == 0 && kBlockM % (16 * kDqMTiles) == 0,
+                "warp layout");
   static_assert(kRowTiles % 2 == 0 && kColTilesKV % 2 == 0 && kDqChunkTiles % 2 == 0 &&
                     kColTilesDq % kDqChunkTiles == 0,
                 "tiles are taken in pairs by ldmatrix.x4");
@@ -121,10 +127,9 @@ struct BwdConfig {
 };
 
 
-// Which query head and row block step `step` of a CTA works on: heads of the GQA group outer,
-// row blocks inner.
+// Which query head (relative to the GQA group's first) and row block a step of a CTA works on.
 struct BwdStep {
-  int64_t head;
+  int head;
   int row0;
 };
 
@@ -179,28 +184,57 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     }
   }
   const int steps = m_count * heads_per_group;
-  const auto step_at = [&](int step) {
-    return BwdStep{hk * heads_per_group + step / m_count, (m_begin + step % m_count) * kBlockM};
+  // Step (head_rel, row block): the query head hq0 + head_rel of the group and the row block's
+  // first row. Heads outer, row blocks inner; advanced by counters (no division per step).
+  const int hq0 = int(hk) * heads_per_group;
+  const int m_end = (m_begin + m_count) * kBlockM;
+  const auto next_step = [&](BwdStep& st) {
+    st.row0 += kBlockM;
+    if (st.row0 == m_end) {
+      st.row0 = m_begin * kBlockM;
+      ++st.head;
+    }
   };
-  const auto load_step = [&](int step, int stage) {
-    const BwdStep s = step_at(step);
-    load_tile_async<Config, kBlockM>(p.q, b, s.head, s.row0, sq - s.row0, int(p.head_dim),
-                                         smem_q + stage * Config::kSmemRows);
-    load_tile_async<Config, kBlockM>(bp.dout, b, s.head, s.row0, sq - s.row0, int(p.head_dim_v),
-                                         smem_do + stage * Config::kSmemRows);
-    const int64_t ws = (b * p.heads_q + s.head) * args.rows_padded + s.row0;
-    const int chunk = int(threadIdx.x);
-    if (chunk < kBlockM / 4)
-      sm80::cp_async_16(sm80::smem_address(smem_lse + stage * kBlockM + chunk * 4), args.lse_log2 + ws + chunk * 4, true);
-    else if (chunk < kBlockM / 2)
-      sm80::cp_async_16(sm80::smem_address(smem_delta + stage * kBlockM + (chunk - kBlockM / 4) * 4),
-                        args.delta + ws + (chunk - kBlockM / 4) * 4, true);
+  // Q and dO (never paged: block tables come only with the KV cache), LSE and D: source addresses
+  // derived once per CTA; a step adds its head and row offsets. One thread per 16-byte chunk of
+  // the LSE and D rows. The dropout kernels, which have no registers to spare (Philox), derive
+  // these addresses (and the mask-tile bounds below) per step.
+  constexpr bool kCtaAddresses = !Config::kDropout;
+  using RowLoader = StridedTileLoader<Config, kBlockM>;
+  const auto q_loader = [&] { return RowLoader(p.q, b, hq0, int(p.head_dim)); };
+  const auto do_loader = [&] { return RowLoader(bp.dout, b, hq0, int(p.head_dim_v)); };
+  const RowLoader q_cta = q_loader(), do_cta = do_loader();
+  const int row_chunk = int(threadIdx.x);
+  const bool loads_row_chunk = row_chunk < kBlockM / 2;
+  const bool chunk_is_lse = row_chunk < kBlockM / 4;
+  const auto row_src_at = [&] {
+    return (chunk_is_lse ? args.lse_log2 + row_chunk * 4 : args.delta + (row_chunk - kBlockM / 4) * 4) +
+           (b * p.heads_q + hq0) * args.rows_padded;
+  };
+  const float* const row_src = row_src_at();
+  const uint32_t row_dst = sm80::smem_address(chunk_is_lse ? smem_lse + row_chunk * 4
+                                                           : smem_delta + (row_chunk - kBlockM / 4) * 4);
+  const auto load_step = [&](const BwdStep& st, int stage) {
+    const int rows_valid = sq - st.row0;
+    Element* const q_dst = smem_q + stage * Config::kSmemRows;
+    Element* const do_dst = smem_do + stage * Config::kSmemRows;
+    if constexpr (!kCtaAddresses) {
+      load_tile_async<Config, kBlockM>(p.q, b, hq0 + st.head, st.row0, rows_valid, int(p.head_dim), q_dst);
+      load_tile_async<Config, kBlockM>(bp.dout, b, hq0 + st.head, st.row0, rows_valid, int(p.head_dim_v), do_dst);
+    } else {
+      q_cta.load_head(st.head, st.row0, rows_valid, q_dst);
+      do_cta.load_head(st.head, st.row0, rows_valid, do_dst);
+    }
+    if (loads_row_chunk)
+      sm80::cp_async_16(row_dst + uint32_t(stage * kBlockM * int(sizeof(float))),
+                        (kCtaAddresses ? row_src : row_src_at()) + int64_t(st.head) * args.rows_padded + st.row0, true);
   };
 
+  BwdStep cur{0, m_begin * kBlockM};  // head relative to hq0
   if (steps > 0) {
     load_tile_async<Config, kBlockN>(p.k, b, hk, key0, keys_used, int(p.head_dim), smem_k);
     load_tile_async<Config, kBlockN>(p.v, b, hk, key0, keys_used, int(p.head_dim_v), smem_v);
-    load_step(0, 0);
+    load_step(cur, 0);
     sm80::cp_async_commit();
   }
 
@@ -213,26 +247,47 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
   // This thread's keys in the sequence: kk[0] for accumulator elements 0,1 and kk[1] for 2,3.
   const int my_key[2] = {key0 + key_local + group, key0 + key_local + group + 8};
+  // Row blocks [row0, rows_end) with full_rows_first <= row0 and rows_end - 1 <= full_rows_last
+  // see every key of this block (tile_fully_visible, solved for the rows once per CTA in place of
+  // 64-bit corner tests per step); clamped to [-1, sq] so that they fit an int.
+  int full_rows_first = -1, full_rows_last = -1;
+  {
+    const auto clamp_rows = [&](int64_t r) { return int(r < -1 ? -1 : (r > sq ? sq : r)); };
+    if (key0 + kBlockN <= sk) {
+      full_rows_first =
+          p.mask.window_right >= 0 ? clamp_rows(int64_t(key0) + kBlockN - 1 - shift - p.mask.window_right) : -1;
+      full_rows_last = p.mask.window_left >= 0 ? clamp_rows(int64_t(key0) + p.mask.window_left - shift) : sq;
+    }
+  }
+  // With two stages one barrier per step suffices (the forward's scheme): the one at the top
+  // publishes this step's copies and tells that every warp is done with the previous step (its
+  // Q/dO stage, which takes the prefetch of the next step, its dQ staging and dS^T). One stage
+  // (and the deterministic mode, whose counter moves after the CTA's adds) keeps a barrier at
+  // the end of the step.
+  const bool barrier_at_end = kStages == 1 || args.deterministic;
 
 #pragma unroll 1
   for (int step = 0; step < steps; ++step) {
     const int stage = kStages == 2 ? (step & 1) : 0;
     if constexpr (kStages == 2) {
-      // Prefetch the next step into the other stage (freed by the barrier ending the last step).
-      if (step + 1 < steps) load_step(step + 1, stage ^ 1);
-      sm80::cp_async_commit();
-      sm80::cp_async_wait<1>();
+      sm80::cp_async_wait<0>();
+      __syncthreads();
+      if (step + 1 < steps) {
+        BwdStep next = cur;
+        next_step(next);
+        load_step(next, stage ^ 1);
+        sm80::cp_async_commit();
+      }
     } else {
       if (step > 0) {
-        load_step(step, 0);
+        load_step(cur, 0);
         sm80::cp_async_commit();
       }
       sm80::cp_async_wait<0>();
+      __syncthreads();
     }
-    __syncthreads();
 
-    const BwdStep cur = step_at(step);
-    const int64_t h = cur.head;
+    const int64_t h = hq0 + cur.head;
     const int row0 = cur.row0;
     const Element* q_tile = smem_q + stage * Config::kSmemRows;
     const Element* do_tile = smem_do + stage * Config::kSmemRows;
@@ -240,7 +295,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     const float* delta_tile = smem_delta + stage * kBlockM;
 
     const int rows_end = row0 + kBlockM < sq ? row0 + kBlockM : sq;
-    const bool mask_tile = !tile_fully_visible(p.mask, row0, rows_end, key0, key0 + kBlockN, sq, sk);
+    const bool mask_tile = kCtaAddresses ? !(row0 >= full_rows_first && rows_end - 1 <= full_rows_last)
+                                         : !tile_fully_visible(p.mask, row0, rows_end, key0, key0 + kBlockN, sq, sk);
     const float slope = p.alibi_slope(b, h);
 
     // dV += P_drop^T dO and dK += dS^T Q for the 16 tile rows of k-step `kstep`: M = this warp's
@@ -410,7 +466,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     }
 
     // dQ += dS K: M = rows, K = keys. A = dS read transposed from dS^T, B = K read transposed.
-    const int dq_row_local = (warp % Config::kWarpsDqRows) * 16;
+    constexpr int kDqM = Config::kDqMTiles;
+    const int dq_row_local = (warp % Config::kWarpsDqRows) * 16 * kDqM;
     const int dq_col0 = (warp / Config::kWarpsDqRows) * Config::kColTilesDq * 8;
     const int64_t ws_rows = (b * p.heads_q + h) * args.rows_padded;
     float* const dq_stage = (Config::kPInSmem ? smem_dq_own : reinterpret_cast<float*>(smem_q + stage * Config::kSmemRows)) +
@@ -430,74 +487,88 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       constexpr int kTiles = Config::kDqChunkTiles;
       const int col_base = dq_col0 + chunk * kTiles * 8;
       if (col_base >= p.head_dim) break;  // padding columns of dQ are never read
-      float dq[kTiles][4];
+      float dq[kDqM][kTiles][4];
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) dq[t][0] = dq[t][1] = dq[t][2] = dq[t][3] = 0.f;
+      for (int m = 0; m < kDqM; ++m)
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) dq[m][t][0] = dq[m][t][1] = dq[m][t][2] = dq[m][t][3] = 0.f;
 #pragma unroll
       for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
-        uint32_t a[4];
-        sm80::ldmatrix_x4_trans(a, sm80::smem_address(smem_dst + (kstep * 16 + (lane % 8) + (lane / 16) * 8) * kTStride +
-                                                      dq_row_local + ((lane / 8) % 2) * 8));
+        uint32_t a[kDqM][4];
+#pragma unroll
+        for (int m = 0; m < kDqM; ++m)
+          sm80::ldmatrix_x4_trans(a[m], sm80::smem_address(smem_dst + (kstep * 16 + (lane % 8) + (lane / 16) * 8) * kTStride +
+                                                           dq_row_local + m * 16 + ((lane / 8) % 2) * 8));
 #pragma unroll
         for (int t = 0; t < kTiles; t += 2) {
           uint32_t bk[4];
           sm80::ldmatrix_x4_trans(bk, sm80::smem_address(smem_k + (kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride +
                                                          col_base + t * 8 + (lane / 16) * 8));
-          sm80::mma_m16n8k16<Element>(dq[t], a, bk[0], bk[1]);
-          sm80::mma_m16n8k16<Element>(dq[t + 1], a, bk[2], bk[3]);
+#pragma unroll
+          for (int m = 0; m < kDqM; ++m) {
+            sm80::mma_m16n8k16<Element>(dq[m][t], a[m], bk[0], bk[1]);
+            sm80::mma_m16n8k16<Element>(dq[m][t + 1], a[m], bk[2], bk[3]);
+          }
         }
       }
-      // Through the staging tile, two n8 tiles at a time: thread (group, quad) stores its float2s
-      // at (row, col) = (group + 8 * half, 8 * j + 2 * quad); the column is XORed with 8 on rows
-      // with bit 1 set, which keeps the stores and the row-major reads free of bank conflicts.
+      // Through the staging tile, two n8 tiles of one m16 tile at a time: thread (group, quad)
+      // stores its float2s at (row, col) = (group + 8 * half, 8 * j + 2 * quad); the column is
+      // XORed with 8 on rows with bit 1 set, which keeps the stores and the row-major reads free
+      // of bank conflicts.
 #pragma unroll
-      for (int t = 0; t < kTiles; t += 2) {
-        if (col_base + t * 8 >= p.head_dim) break;  // (a pair's second tile may be padding: + 0)
-        __syncwarp();  // the previous pair's reads of the staging tile are done
+      for (int m = 0; m < kDqM; ++m) {
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int t = 0; t < kTiles; t += 2) {
+          if (col_base + t * 8 >= p.head_dim) break;  // (a pair's second tile may be padding: + 0)
+          __syncwarp();  // the previous pair's reads of the staging tile are done
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int r = group + 8 * half;
-            *reinterpret_cast<float2*>(dq_stage + r * 16 + ((8 * j + 2 * quad) ^ (r & 2) * 4)) =
-                make_float2(dq[t + j][2 * half], dq[t + j][2 * half + 1]);
-          }
-        __syncwarp();
-        float* const dst_tile = args.dq_accum + (ws_rows + row0 + dq_row_local) * args.dq_cols + col_base + t * 8;
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int r = group + 8 * half;
+              *reinterpret_cast<float2*>(dq_stage + r * 16 + ((8 * j + 2 * quad) ^ (r & 2) * 4)) =
+                  make_float2(dq[m][t + j][2 * half], dq[m][t + j][2 * half + 1]);
+            }
+          __syncwarp();
+          const int tile_row0 = row0 + dq_row_local + m * 16;  // sequence row of staging row 0
+          float* const dst_tile = args.dq_accum + (ws_rows + tile_row0) * args.dq_cols + col_base + t * 8;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-        if (!args.deterministic) {
-          // sm80: scalar adds, lanes on consecutive columns (two 64-byte row segments per add).
+          if (!args.deterministic) {
+            // sm80: scalar adds, lanes on consecutive columns (two 64-byte row segments per add).
 #pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int r = 2 * i + lane / 16, c = lane % 16;
-            if (row0 + dq_row_local + r < sq)
-              atomicAdd(dst_tile + r * args.dq_cols + c, dq_stage[r * 16 + (c ^ (r & 2) * 4)]);
+            for (int i = 0; i < 8; ++i) {
+              const int r = 2 * i + lane / 16, c = lane % 16;
+              if (tile_row0 + r < sq) atomicAdd(dst_tile + r * args.dq_cols + c, dq_stage[r * 16 + (c ^ (r & 2) * 4)]);
+            }
+            continue;
           }
-          continue;
-        }
 #endif
-        // Four consecutive columns per lane: 8 rows x 64 bytes per instruction.
+          // Four consecutive columns per lane: 8 rows x 64 bytes per instruction.
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = lane / 4 + 8 * i, c = (lane % 4) * 4;
-          if (row0 + dq_row_local + r >= sq) continue;
-          const float4 v = *reinterpret_cast<const float4*>(dq_stage + r * 16 + (c ^ (r & 2) * 4));
-          float4* const dst = reinterpret_cast<float4*>(dst_tile + r * args.dq_cols + c);
-          if (args.deterministic) {
-            // This CTA is the only writer now; read around L1, which may hold an older copy.
-            const float4 old = __ldcg(dst);
-            __stcg(dst, make_float4(old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w));
-          } else {
+          for (int i = 0; i < 2; ++i) {
+            const int r = lane / 4 + 8 * i, c = (lane % 4) * 4;
+            if (tile_row0 + r >= sq) continue;
+            const float4 v = *reinterpret_cast<const float4*>(dq_stage + r * 16 + (c ^ (r & 2) * 4));
+            float4* const dst = reinterpret_cast<float4*>(dst_tile + r * args.dq_cols + c);
+            if (args.deterministic) {
+              // This CTA is the only writer now; read around L1, which may hold an older copy.
+              const float4 old = __ldcg(dst);
+              __stcg(dst, make_float4(old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w));
+            } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            atomicAdd(dst, v);  // sm90: one vector reduction
+              atomicAdd(dst, v);  // sm90: one vector reduction
 #endif
+            }
           }
         }
       }
     }
-    if (args.deterministic) __threadfence();  // this CTA's dQ adds visible before the counter moves
-    __syncthreads();  // every warp is done with this stage and with dS^T before they are refilled
-    if (args.deterministic && threadIdx.x == 0) bwd_signal_counter(counter);
+    if (barrier_at_end) {
+      if (args.deterministic) __threadfence();  // this CTA's dQ adds visible before the counter moves
+      __syncthreads();  // every warp is done with this stage and with dS^T before they are refilled
+      if (args.deterministic && threadIdx.x == 0) bwd_signal_counter(counter);
+    }
+    next_step(cur);
   }
   sm80::cp_async_wait<0>();
 

@@ -72,6 +72,7 @@ struct StridedTileLoader {
   const Element* base;  // the tensor's start: the (unread) source of zero-filled copies
   const Element* rows;  // row 0, column 0 of (b, head)
   int64_t row_stride;   // elements
+  int64_t head_stride;  // elements (for load_head)
   int dim;              // columns past dim are zero-filled
 
   __device__ __forceinline__ StridedTileLoader(const RowsView& view, int64_t b, int64_t head, int dim_)
@@ -79,16 +80,28 @@ struct StridedTileLoader {
         // Paged views are not strided (their callers take load_tile_async); keep rows harmless.
         rows(view.block_table != nullptr ? base : base + view.offset(b, 0, head)),
         row_stride(view.row_stride),
+        head_stride(view.head_stride),
         dim(dim_) {}
 
   // Rows [row0, row0 + kRows) into smem (row stride Config::kRowStride); rows from rows_valid on
   // and columns past dim are zero-filled.
   __device__ __forceinline__ void load(int row0, int rows_valid, Element* smem) const {
+    load_rows(rows, row0, rows_valid, smem);
+  }
+
+  // The same for head `head + head_rel` of the sequence (the backward walks the query heads of a
+  // GQA group): heads are equally spaced in every strided layout.
+  __device__ __forceinline__ void load_head(int head_rel, int row0, int rows_valid, Element* smem) const {
+    load_rows(rows + int64_t(head_rel) * head_stride, row0, rows_valid, smem);
+  }
+
+ private:
+  __device__ __forceinline__ void load_rows(const Element* head_rows, int row0, int rows_valid, Element* smem) const {
     const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
     if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
     const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
     constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
-    const Element* src = rows + int64_t(row0 + first_row) * row_stride + col;
+    const Element* src = head_rows + int64_t(row0 + first_row) * row_stride + col;
     const int64_t step = kRowStep * row_stride;
     auto in_tile = [&](int i) { return kExact || first_row + i * kRowStep < kRows; };
     if (dim == Config::kHeadDim && rows_valid >= kRows) {  // every tile but a ragged last one
