@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
           sm90::mbarrier_arrive(q_full);
           break;
         }
-        const int w = grid.section_heads > 1 ? scheduled_tile(grid, n) : n;
+        const int w = grid.section_shift > 0 ? scheduled_tile(grid, n) : n;
         const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
         if (!wt.valid) continue;
         sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);

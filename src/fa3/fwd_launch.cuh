@@ -32,13 +32,15 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   // a CTA per tile, which the hardware hands out as SMs free up.
   const bool uniform = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr && !p.mask.limits_keys();
   const bool dynamic = !uniform && fwd_tuning().dynamic_schedule;
-  FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr, 1};
+  FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr, 0};
   if (dynamic && fwd_tuning().section_mb > 0) {
     // Sections of as many (sequence, head) pairs as have their K and V (the longest sequence's) in
     // section_mb: a GQA group's query heads share theirs.
     const int64_t kv_head_bytes = std::max<int64_t>(p.lens.seqlen_k, 1) * (p.head_dim + p.head_dim_v) * 2;
-    const int64_t heads = int64_t(fwd_tuning().section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
-    grid.section_heads = int(std::clamp<int64_t>(heads, 1, p.heads_q * p.batch));
+    // The largest power of two up to that many that divides the pairs (scheduled_tile).
+    const int64_t pairs = p.heads_q * p.batch;
+    const int64_t fit = int64_t(fwd_tuning().section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
+    while ((int64_t(2) << grid.section_shift) <= fit && pairs % (int64_t(2) << grid.section_shift) == 0) ++grid.section_shift;
   }
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;

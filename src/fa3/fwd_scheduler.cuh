@@ -22,7 +22,8 @@ struct FwdGrid {
   int row_blocks;     // kBlockM-row blocks of the longest query sequence
   int work_tiles;     // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
   int* tile_counter;  // dynamic order: tiles taken past the first wave; null: static order
-  int section_heads;  // (sequence, query head) pairs per section of the dynamic order (scheduled_tile)
+  int section_shift;  // log2 of the (sequence, query head) pairs per section of the dynamic order
+                      // (scheduled_tile); 2^section_shift divides heads_q * batch
 };
 
 struct WorkTile {
@@ -53,19 +54,19 @@ __device__ __forceinline__ TileHead tile_head(const AttnProblem& p, const FwdGri
 }
 
 // The work tile at position n of the dynamic order (producer only: the consumers get the tile). The
-// (sequence, head) pairs are cut into sections of section_heads consecutive ones; sections run one
+// (sequence, head) pairs are cut into sections of 2^section_shift consecutive ones; sections run one
 // after the other, and within a section all its heads' last row blocks first, then the
 // next-to-last, ...: longest first, so the tiles still running at the end are short ones
 // (balanced CTAs), while the K and V the CTAs read at one time are a section's (the launch sizes
-// sections to fit in L2). section_heads = 1: the static order.
+// sections to fit in L2, a power of two that divides the pairs: one division here, which the
+// producer's few registers afford). section_shift = 0: the static order.
 __device__ __forceinline__ int scheduled_tile(const FwdGrid& grid, int n) {
-  const int section_tiles = grid.section_heads * grid.row_blocks;
+  const int section_tiles = grid.row_blocks << grid.section_shift;
   const int section = n / section_tiles;
-  const int first_head = section * grid.section_heads;
-  const int heads = min(grid.section_heads, grid.work_tiles / grid.row_blocks - first_head);  // the last may be short
   const int in_section = n - section * section_tiles;
-  const int rank = in_section / heads;
-  return (first_head + (in_section - rank * heads)) * grid.row_blocks + rank;
+  const int rank = in_section >> grid.section_shift;
+  const int head = (section << grid.section_shift) + (in_section & ((1 << grid.section_shift) - 1));
+  return head * grid.row_blocks + rank;
 }
 
 template <int kBlockM, int kBlockN>
