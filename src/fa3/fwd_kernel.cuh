@@ -109,7 +109,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     pipeline_k->init(kConsumerWarps);
     pipeline_v->init(kConsumerWarps);
     sm90::mbarrier_init(q_full, 1);
-    sm90::mbarrier_init(q_empty, kConsumerWarps);
+    // Every consumer thread arrives on Q empty (not one per warp): each reader of the tile slot
+    // releases it itself, and the producer rewrites the slot only after that barrier.
+    sm90::mbarrier_init(q_empty, 128 * Config::kConsumers);
     sm90::fence_barrier_init();
   }
   __syncthreads();
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
   const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
-  // A warp's arrival on a stage's (or Q's) empty barrier, once all its lanes are past their wait.
+  // A warp's arrival on a stage's empty barrier, once all its lanes are past their wait.
   auto release = [&](uint64_t* empty) {
     __syncwarp();
     if (lane == 0) sm90::mbarrier_arrive(empty);
@@ -326,7 +328,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         pack_p<Element>(p_frag, s);
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
-      release(q_empty);
+      __syncwarp();
+      sm90::mbarrier_arrive(q_empty);
       const State v_state = State::at(uses + uint32_t(tile_end - tile_begin) - 1);
       pipeline_v->consumer_wait(v_state);
       clear_v_tail(v_state.stage, tile_end - 1);
@@ -338,7 +341,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       release(&pipeline_v->empty[v_state.stage]);
       uses += uint32_t(tile_end - tile_begin);
     } else {
-      release(q_empty);
+      __syncwarp();
+      sm90::mbarrier_arrive(q_empty);
     }
     ++done;
 
