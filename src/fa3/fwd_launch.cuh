@@ -37,10 +37,8 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
     // Sections of as many (sequence, head) pairs as have their K and V (the longest sequence's) in
     // section_mb: a GQA group's query heads share theirs.
     const int64_t kv_head_bytes = std::max<int64_t>(p.lens.seqlen_k, 1) * (p.head_dim + p.head_dim_v) * 2;
-    // The largest power of two up to that many that divides the pairs (scheduled_tile).
-    const int64_t pairs = p.heads_q * p.batch;
     const int64_t fit = int64_t(fwd_tuning().section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
-    while ((int64_t(2) << grid.section_shift) <= fit && pairs % (int64_t(2) << grid.section_shift) == 0) ++grid.section_shift;
+    grid.section_shift = section_shift_for(p.heads_q * p.batch, fit);
   }
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;

@@ -15,6 +15,7 @@
 
 #include "common/mask.h"
 #include "common/problem.h"
+#include "fa3/tile_order.h"
 
 namespace flashattn::fa3 {
 
@@ -53,20 +54,10 @@ __device__ __forceinline__ TileHead tile_head(const AttnProblem& p, const FwdGri
   return {head_index / int(p.heads_q), head_index % int(p.heads_q), w - head_index * grid.row_blocks};
 }
 
-// The work tile at position n of the dynamic order (producer only: the consumers get the tile). The
-// (sequence, head) pairs are cut into sections of 2^section_shift consecutive ones; sections run one
-// after the other, and within a section all its heads' last row blocks first, then the
-// next-to-last, ...: longest first, so the tiles still running at the end are short ones
-// (balanced CTAs), while the K and V the CTAs read at one time are a section's (the launch sizes
-// sections to fit in L2, a power of two that divides the pairs: one division here, which the
-// producer's few registers afford). section_shift = 0: the static order.
+// The work tile at position n of the dynamic order (tile_order.h; producer only: the consumers
+// get the tile).
 __device__ __forceinline__ int scheduled_tile(const FwdGrid& grid, int n) {
-  const int section_tiles = grid.row_blocks << grid.section_shift;
-  const int section = n / section_tiles;
-  const int in_section = n - section * section_tiles;
-  const int rank = in_section >> grid.section_shift;
-  const int head = (section << grid.section_shift) + (in_section & ((1 << grid.section_shift) - 1));
-  return head * grid.row_blocks + rank;
+  return scheduled_tile(grid.row_blocks, grid.section_shift, n);
 }
 
 template <int kBlockM, int kBlockN>
