@@ -40,5 +40,10 @@ for tool in memcheck racecheck synccheck; do
   [[ "$verdict" == ok ]] || status=1
   echo "sanitize $tool: $verdict; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n1);" \
     "$(grep -E '^\[  PASSED' "$log" || true)" | tee -a "$logdir/summary.txt"
+  # The first reports and the test that was running, on stdout too: a remote run may not bring
+  # the logs back.
+  if [[ "$verdict" != ok ]]; then
+    { grep -E '^\[ RUN|^========= (Error|    (Read|Write|at))' "$log" | grep -B1 -A2 'Error' | head -n 24; } || true
+  fi
 done
 exit "$status"
