@@ -48,15 +48,12 @@ Status run_kernels(const BwdArgs& args, cudaStream_t stream) {
   bwd_preprocess_kernel<Element>
       <<<dim3(unsigned(args.rows_padded / kBwdPreprocessRowsPerCta), heads, batch), 32 * kBwdPreprocessRowsPerCta, 0,
          stream>>>(args);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return bwd_cuda_error("preprocess kernel launch", err);
+  FLASHATTN_CUDA_CHECK("fa2 bwd: preprocess kernel launch", cudaGetLastError());
   const Status st = launch_main<Element>(args, stream);
   if (!st.ok()) return st;
   bwd_convert_dq_kernel<Element>
       <<<dim3(unsigned(args.rows_padded / kBwdConvertRowsPerCta), heads, batch), 256, 0, stream>>>(args);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return bwd_cuda_error("dq convert kernel launch", err);
-  return {};
+  return cuda_status("fa2 bwd: dq convert kernel launch", cudaGetLastError());
 }
 
 Status unsupported(const char* argument, const std::string& message) {
@@ -94,23 +91,19 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   const size_t lse_bytes = row_slots * sizeof(float);
   const size_t accum_bytes = row_slots * size_t(args.dq_cols) * sizeof(float);
   const size_t counter_bytes = row_slots / kBwdMinBlockM * sizeof(int);
-  void* workspace = nullptr;
-  cudaError_t err = cudaMallocAsync(&workspace, 2 * lse_bytes + accum_bytes + counter_bytes, stream);
-  if (err != cudaSuccess) return bwd_cuda_error("allocating the workspace", err);
-  char* base = static_cast<char*>(workspace);
+  StreamBuffer workspace(stream);  // freed in stream order after the kernels, also when a launch fails
+  if (Status st = workspace.allocate(2 * lse_bytes + accum_bytes + counter_bytes, "fa2 bwd: allocating the workspace"); !st.ok())
+    return st;
+  char* base = workspace.as<char>();
   args.lse_log2 = reinterpret_cast<float*>(base);
   args.delta = reinterpret_cast<float*>(base + lse_bytes);
   args.dq_accum = reinterpret_cast<float*>(base + 2 * lse_bytes);
   args.dq_counters = reinterpret_cast<int*>(base + 2 * lse_bytes + accum_bytes);
 
-  Status st;
-  err = cudaMemsetAsync(args.dq_accum, 0, accum_bytes + counter_bytes, stream);
-  if (err != cudaSuccess) st = bwd_cuda_error("zeroing the workspace", err);
-  if (st.ok()) st = p.dtype == DType::F16 ? run_kernels<__half>(args, stream) : run_kernels<__nv_bfloat16>(args, stream);
-  // Freed in stream order after the kernels, also when a launch failed.
-  err = cudaFreeAsync(workspace, stream);
-  if (st.ok() && err != cudaSuccess) st = bwd_cuda_error("freeing the workspace", err);
-  return st;
+  FLASHATTN_CUDA_CHECK("fa2 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + counter_bytes, stream));
+  const Status st = p.dtype == DType::F16 ? run_kernels<__half>(args, stream) : run_kernels<__nv_bfloat16>(args, stream);
+  if (!st.ok()) return st;
+  return workspace.free("fa2 bwd: freeing the workspace");
 }
 
 }  // namespace flashattn::fa2

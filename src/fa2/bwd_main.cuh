@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "common/cuda_status.h"
 #include "fa2/bwd_kernel.cuh"
 #include "flashattn/flashattn.h"
 
@@ -18,23 +19,17 @@ namespace flashattn::fa2 {
 template <typename Element, int kHeadDim, bool kDropout, int kStages, bool kGeneral>
 using BwdConfigFor = BwdConfig<Element, kHeadDim, 64, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout, kGeneral>;
 
-inline Status bwd_cuda_error(const char* what, cudaError_t err) {
-  return Status::error(ErrorCode::CudaError, "", std::string("fa2 bwd: ") + what + ": " + cudaGetErrorString(err));
-}
-
 template <typename Config>
 Status launch_bwd_main_config(const BwdArgs& args, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
   auto kernel = bwd_main_kernel<Config>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
-  if (err != cudaSuccess) return bwd_cuda_error("raising the shared-memory limit", err);
+  FLASHATTN_CUDA_CHECK("fa2 bwd: raising the shared-memory limit",
+                       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   const int64_t key_blocks = (p.lens.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
   if (key_blocks == 0 || p.batch == 0) return {};
   const dim3 grid(unsigned(key_blocks), unsigned(p.heads_k), unsigned(p.batch));
   kernel<<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(args);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) return bwd_cuda_error("main kernel launch", err);
-  return {};
+  return cuda_status("fa2 bwd: main kernel launch", cudaGetLastError());
 }
 
 // Picks two stages (Q/dO prefetch) when they fit in the GPU's shared memory, else one (d256 on
@@ -44,7 +39,7 @@ Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   int device = 0, smem_optin = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (err != cudaSuccess) return bwd_cuda_error("reading the device", err);
+  FLASHATTN_CUDA_CHECK("fa2 bwd: reading the device", err);
   using TwoStages = BwdConfigFor<Element, kHeadDim, kDropout, 2, kGeneral>;
   if (TwoStages::kSmemBytes <= smem_optin) return launch_bwd_main_config<TwoStages>(args, stream);
   if constexpr (kHeadDim == 256) {

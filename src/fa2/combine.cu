@@ -3,7 +3,7 @@
 
 #include "common/kvcache_problem.h"
 #include "common/numeric.h"
-#include "fa2/cuda_status.h"
+#include "common/cuda_status.h"
 #include "fa2/fa2_backend.h"
 
 namespace flashattn::fa2 {

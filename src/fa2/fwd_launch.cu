@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/cuda_status.h"
 #include "common/split_kv.h"
-#include "fa2/cuda_status.h"
 #include "fa2/fa2_backend.h"
 #include "fa2/fwd_kernel.cuh"
 
@@ -21,10 +21,10 @@ struct DeviceLimits {
 
 Status device_limits(DeviceLimits* limits) {
   int device = 0;
-  FA2_CUDA_CHECK("fa2 fwd: reading the device", cudaGetDevice(&device));
-  FA2_CUDA_CHECK("fa2 fwd: reading the device",
+  FLASHATTN_CUDA_CHECK("fa2 fwd: reading the device", cudaGetDevice(&device));
+  FLASHATTN_CUDA_CHECK("fa2 fwd: reading the device",
                  cudaDeviceGetAttribute(&limits->multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  FA2_CUDA_CHECK("fa2 fwd: reading the device",
+  FLASHATTN_CUDA_CHECK("fa2 fwd: reading the device",
                  cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return {};
 }
@@ -49,7 +49,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
                          "fa2 fwd: head dim " + std::to_string(p.head_dim) + " needs " +
                              std::to_string(Config::kSmemBytes) + " bytes of shared memory per block, the GPU has " +
                              std::to_string(limits.smem_optin));
-  FA2_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
+  FLASHATTN_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
                  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (p.heads_q > 65535 || p.batch > 65535)
@@ -67,12 +67,12 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
     ws.total_rows = p.lens.total_q;
     const size_t out_elems = size_t(splits) * ws.total_rows * p.heads_q * p.head_dim_v;
     const size_t lse_elems = size_t(splits) * ws.total_rows * p.heads_q;
-    if (Status st = buffer.allocate((out_elems + lse_elems) * sizeof(float)); !st.ok()) return st;
+    if (Status st = buffer.allocate((out_elems + lse_elems) * sizeof(float), "fa2: allocating workspace"); !st.ok()) return st;
     ws.out_partial = buffer.as<float>();
     ws.lse_partial = ws.out_partial + out_elems;
   }
   kernel<<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(p, ws);
-  FA2_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
+  FLASHATTN_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
   if (splits > 1) return combine(split_combine_problem(p, ws), stream);
   return {};
 }

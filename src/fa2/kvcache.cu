@@ -6,7 +6,7 @@
 
 #include "common/kvcache_problem.h"
 #include "common/numeric.h"
-#include "fa2/cuda_status.h"
+#include "common/cuda_status.h"
 #include "fa2/fa2_backend.h"
 
 namespace flashattn::fa2 {
@@ -92,14 +92,14 @@ Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle) {
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd_kvcache: more than 65535 sequences per call");
   if (kp.k_new.data != nullptr && kp.seqlen_new > 0 && p.batch > 0) {
     append_kernel<<<dim3(unsigned(kp.seqlen_new), unsigned(p.batch)), 256, 0, stream>>>(kp);
-    FA2_CUDA_CHECK("fa2 fwd_kvcache: append launch", cudaGetLastError());
+    FLASHATTN_CUDA_CHECK("fa2 fwd_kvcache: append launch", cudaGetLastError());
   }
   StreamBuffer q_rotated(stream);
   if (kp.rotary.rotary_dim > 0 && p.batch > 0 && p.lens.seqlen_q > 0) {
     const size_t bytes = size_t(p.batch * p.lens.seqlen_q * p.heads_q * p.head_dim) * 2;
-    if (Status st = q_rotated.allocate(bytes); !st.ok()) return st;
+    if (Status st = q_rotated.allocate(bytes, "fa2: allocating workspace"); !st.ok()) return st;
     rotate_q_kernel<<<dim3(unsigned(p.lens.seqlen_q), unsigned(p.batch)), 256, 0, stream>>>(kp, q_rotated.as<void>());
-    FA2_CUDA_CHECK("fa2 fwd_kvcache: rotary launch", cudaGetLastError());
+    FLASHATTN_CUDA_CHECK("fa2 fwd_kvcache: rotary launch", cudaGetLastError());
     RowsView dense;
     dense.data = q_rotated.as<void>();
     dense.head_stride = p.head_dim;

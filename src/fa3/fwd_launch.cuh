@@ -6,8 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <string>
 
+#include "common/cuda_status.h"
 #include "fa3/fwd_kernel.cuh"
 #include "fa3/fwd_tuning.h"
 #include "flashattn/flashattn.h"
@@ -43,28 +43,17 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
   auto kernel = fwd_kernel<Config>;
-  auto cuda_error = [](const char* what, cudaError_t err) {
-    return Status::error(ErrorCode::CudaError, "", std::string("fa3 fwd: ") + what + cudaGetErrorString(err));
-  };
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes);
-  if (err != cudaSuccess) return cuda_error("", err);
+  FLASHATTN_CUDA_CHECK("fa3 fwd", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   const int64_t ctas = uniform || dynamic ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
+  StreamBuffer counter(stream);  // freed in stream order after the kernel
   if (dynamic && ctas < grid.work_tiles) {
-    if ((err = cudaMallocAsync(reinterpret_cast<void**>(&grid.tile_counter), sizeof(int), stream)) != cudaSuccess)
-      return cuda_error("allocating the tile counter: ", err);
-    err = cudaMemsetAsync(grid.tile_counter, 0, sizeof(int), stream);
+    if (Status st = counter.allocate(sizeof(int), "fa3 fwd: allocating the tile counter"); !st.ok()) return st;
+    FLASHATTN_CUDA_CHECK("fa3 fwd: zeroing the tile counter", cudaMemsetAsync(counter.as<int>(), 0, sizeof(int), stream));
+    grid.tile_counter = counter.as<int>();
   }
-  if (err == cudaSuccess) {
-    kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
-    err = cudaGetLastError();
-  }
-  // Freed in stream order after the kernel, also when a step failed.
-  if (grid.tile_counter != nullptr) {
-    const cudaError_t free_err = cudaFreeAsync(grid.tile_counter, stream);
-    if (err == cudaSuccess) err = free_err;
-  }
-  if (err != cudaSuccess) return cuda_error("launch: ", err);
-  return {};
+  kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
+  FLASHATTN_CUDA_CHECK("fa3 fwd: launch", cudaGetLastError());
+  return counter.free("fa3 fwd: freeing the tile counter");
 }
 
 // The configurations of one (head dim, head dim v): general scores (softcap, ALiBi, scale <= 0) run
