@@ -10,21 +10,30 @@
 
 namespace flashattn::fa2 {
 
+// How the CTA's threads cover a tile of kRows rows of 16-byte chunks: each thread copies one column
+// of chunks every kRowStep rows. When the chunks of a row do not divide the threads (head dims 96,
+// 160, 192, 224), the threads past the last whole row group idle and the last step covers a
+// partial group.
+template <typename Config, int kRows>
+struct TileThreads {
+  static constexpr int kChunksPerRow = Config::kHeadDim / 8;
+  static constexpr int kRowStep = Config::kThreads / kChunksPerRow;
+  static constexpr bool kExact = Config::kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0;
+  static constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
+  static_assert(kRowStep > 0, "at least one row per step");
+};
+
 // Copies rows [row0, row0 + kRows) of (b, head) into shared memory (row stride kRowStride);
-// rows past `rows_valid` and columns past `dim` are zero-filled. Each thread copies one column of
-// 16-byte chunks every kRowStep rows, so dense and varlen layouts need one address computation
-// per thread and tile; paged caches look each row's page up. When the chunks of a row do not
-// divide the threads (head dims 96, 160, 192, 224), the threads past the last whole row group
-// idle and the last step covers a partial group.
+// rows past `rows_valid` and columns past `dim` are zero-filled (TileThreads: which thread copies
+// what), so dense and varlen layouts need one address computation per thread and tile; paged
+// caches look each row's page up.
 template <typename Config, int kRows>
 __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                 int64_t rows_valid, int dim, typename Config::Element* smem) {
   using Element = typename Config::Element;
-  constexpr int kChunksPerRow = Config::kHeadDim / 8;
-  constexpr int kRowStep = Config::kThreads / kChunksPerRow;
-  constexpr bool kExact = Config::kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0;
-  constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
-  static_assert(kRowStep > 0, "at least one row per step");
+  using Threads = TileThreads<Config, kRows>;
+  constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
+  constexpr bool kExact = Threads::kExact;
   const Element* base = static_cast<const Element*>(view.data);
   const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
   if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
@@ -63,11 +72,9 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
 template <typename Config, int kRows>
 struct StridedTileLoader {
   using Element = typename Config::Element;
-  static constexpr int kChunksPerRow = Config::kHeadDim / 8;
-  static constexpr int kRowStep = Config::kThreads / kChunksPerRow;
-  static constexpr bool kExact = Config::kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0;
-  static constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
-  static_assert(kRowStep > 0, "at least one row per step");
+  using Threads = TileThreads<Config, kRows>;
+  static constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
+  static constexpr bool kExact = Threads::kExact;
 
   const Element* base;  // the tensor's start: the (unread) source of zero-filled copies
   const Element* rows;  // row 0, column 0 of (b, head)

@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const bool varlen = p.lens.cu_seqlens_q != nullptr;
       uint32_t done = 0, uses = 0;  // as the consumers count them
       for (int n = blockIdx.x;; n = next_work_tile(grid, n)) {  // n: position in the order
-        // The slot is free once every consumer has released the previous Q (it had read the slot).
+        // Slot done % 2 is free once every consumer thread has released the previous tile's Q: its
+        // last reader was the epilogue of the tile before that one.
         if (n >= grid.work_tiles) {  // no tile left: the consumers read -1
           sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
           sm90::st_shared_s32(tile_slot(done), -1);
@@ -184,6 +185,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   auto release = [&](uint64_t* empty) {
     __syncwarp();
     if (lane == 0) sm90::mbarrier_arrive(empty);
+  };
+  // Every thread's arrival on Q empty (it read the tile slot; see q_empty's init). The __syncwarp
+  // is not needed for the barrier: without it ptxas allocates the consumers' registers otherwise
+  // and 16 configurations spill.
+  auto release_q = [&]() {
+    __syncwarp();
+    sm90::mbarrier_arrive(q_empty);
   };
   uint32_t done = 0, uses = 0;  // unsigned: wrapping keeps stage and parity right
 
@@ -328,8 +336,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         pack_p<Element>(p_frag, s);
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
-      __syncwarp();
-      sm90::mbarrier_arrive(q_empty);
+      release_q();
       const State v_state = State::at(uses + uint32_t(tile_end - tile_begin) - 1);
       pipeline_v->consumer_wait(v_state);
       clear_v_tail(v_state.stage, tile_end - 1);
@@ -341,8 +348,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       release(&pipeline_v->empty[v_state.stage]);
       uses += uint32_t(tile_end - tile_begin);
     } else {
-      __syncwarp();
-      sm90::mbarrier_arrive(q_empty);
+      release_q();
     }
     ++done;
 
