@@ -78,13 +78,21 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 }
 
 // Tile experiments: FLASHATTN_FA2_FWD_VARIANT=1, 2 or 3 picks an alternative tiling of the plain
-// (no dropout, softcap or ALiBi) kernels (bench only; 0 or unset is the default).
+// (no dropout, softcap or ALiBi) kernels, 0 the base tiles (bench and tests; unset is the default).
 int tile_variant() {
   static const int variant = [] {
     const char* v = std::getenv("FLASHATTN_FA2_FWD_VARIANT");
-    return v != nullptr ? std::atoi(v) : 0;
+    return v != nullptr ? std::atoi(v) : -1;
   }();
   return variant;
+}
+
+int smem_optin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+    return 0;  // launch() reads the device again and reports the error
+  return bytes;
 }
 
 // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. Head dims 32, 64, .., 256
@@ -120,9 +128,13 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
-    // d256 at 128x64 with 8 warps: half the key tiles of the default per row block; 198 KB of
-    // shared memory (sm90's 227 KB allows one CTA per SM; on sm80 the launch reports it).
-    if (variant == 3 && dim > 224) return launch<FwdConfig<Element, 256, 128, 64, 8, false, false>>(p, stream);
+    // d256 at 128x64 with 8 warps: half the key tiles of 64x32 per row block, and twice the
+    // keys per barrier; 198 KB of shared memory, one CTA per SM. The default where the GPU has the
+    // shared memory (sm90: 227 KB; H200 2026-11-29: +13-18 % over 64x32 at 2k/8k, causal and
+    // not); sm80/sm86/sm89 keep 64x32.
+    using WideD256 = FwdConfig<Element, 256, 128, 64, 8, false, false>;
+    const bool wide_d256 = variant == 3 || (variant < 0 && WideD256::kSmemBytes <= smem_optin());
+    if (wide_d256 && dim > 224) return launch<WideD256>(p, stream);
   }
   return launch_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
 }

@@ -10,11 +10,14 @@ namespace flashattn::fa3 {
 Status fwd_hdim128(const AttnProblem& p, cudaStream_t stream) {
   int block_n = fwd_tuning().d128_block_n;
   if (block_n == 0) block_n = pads_at_most(1, p.lens.seqlen_k, 1, 144, 1, 128, 0.02) ? 144 : 128;
+  const bool f16 = p.dtype == DType::F16;
   if (p.mask.limits_keys() || block_n == 128)
-    return p.dtype == DType::F16 ? launch_head_dim<__half, 128, 128, 128>(p, stream)
-                                 : launch_head_dim<__nv_bfloat16, 128, 128, 128>(p, stream);
-  return p.dtype == DType::F16 ? launch_head_dim<__half, 128, 128, 144, 128>(p, stream)
-                               : launch_head_dim<__nv_bfloat16, 128, 128, 144, 128>(p, stream);
+    return f16 ? launch_head_dim<__half, 128, 128, 128>(p, stream) : launch_head_dim<__nv_bfloat16, 128, 128, 128>(p, stream);
+  if (block_n == 176)
+    return f16 ? launch_head_dim<__half, 128, 128, 176, 128>(p, stream) : launch_head_dim<__nv_bfloat16, 128, 128, 176, 128>(p, stream);
+  if (block_n == 160)
+    return f16 ? launch_head_dim<__half, 128, 128, 160, 128>(p, stream) : launch_head_dim<__nv_bfloat16, 128, 128, 160, 128>(p, stream);
+  return f16 ? launch_head_dim<__half, 128, 128, 144, 128>(p, stream) : launch_head_dim<__nv_bfloat16, 128, 128, 144, 128>(p, stream);
 }
 
 }  // namespace flashattn::fa3

@@ -15,6 +15,9 @@ Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream) {
   if (consumers == 2)
     return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128>(p, stream)
                                  : launch_head_dim<__nv_bfloat16, 64, 64, 128>(p, stream);
+  if (fwd_tuning().d64_block_n == 128)
+    return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128, 128, 3>(p, stream)
+                                 : launch_head_dim<__nv_bfloat16, 64, 64, 128, 128, 3>(p, stream);
   return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 96, 128, 3>(p, stream)
                                : launch_head_dim<__nv_bfloat16, 64, 64, 96, 128, 3>(p, stream);
 }

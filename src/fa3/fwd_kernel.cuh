@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
     const int b = wt.b, h = wt.h;
     const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
-    const int warp_row0 = wt.row0 + consumer * 64 + warp * 16;  // this thread's rows: + group, + group + 8
-    const AccumulatorCoords at{warp_row0 + lane / 4, lane % 4};
+    const int wg_row0 = wt.row0 + consumer * 64;  // this thread's rows: + 16 warp + group, + 8
+    const AccumulatorCoords at{wg_row0 + warp * 16 + lane / 4, lane % 4};
 
     float o[kORegs];
 #pragma unroll
@@ -256,20 +256,27 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       sm90::named_barrier_sync(kClearBarrier, kConsumerThreads);
     };
 
-    // Two copies, masked and not, behind one uniform branch: with the mask test inside a single copy
-    // the compiler predicates the per-element compares into every tile.
-    auto process_scores = [&](int tile) {
+    // Logits, mask and online softmax of a tile's S, then `wait_pv` (the P V wgmmas in flight: in
+    // the loop, those of the previous tile). Two copies, masked and not, behind a branch uniform over
+    // the warpgroup (a wgmma wait must be): with the mask test inside a single copy the compiler
+    // predicates the per-element compares into every tile. Unmasked tiles overlap the softmax with
+    // the P V wgmmas; a masked tile waits for them first, so that the mask's registers can reuse P's
+    // (otherwise 192 x 128 tiles at d64 and 128 x 176 at d128 spill; a masked tile is one of a row
+    // block's diagonal tiles or a last key tile, and the other warpgroups' GEMMs still run).
+    auto softmax_tile = [&](int tile, auto wait_pv) {
       const int key0 = tile * kBlockN;
       scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
-      if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
+      if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
         softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
+        // longer overlap the P V wgmmas.
+        sm90::fence_accumulators(s);
+        wait_pv();
       } else {
+        wait_pv();
         mask_scores(s, p.mask, at, key0, sq, sk);
         softmax_update(s, row_max, row_sum, scale_log2, rescale);
       }
-      // Pins the softmax before the wait that follows: otherwise it may be scheduled after it, and
-      // would no longer overlap the P V wgmmas.
-      sm90::fence_accumulators(s);
     };
 
     // Ping-pong: the consumer warpgroups take turns issuing their wgmmas, in a ring (0, 1, .., 0),
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(s);
       release(&pipeline_k->empty[first.stage]);
-      process_scores(tile_begin);  // O is still 0: its rescale is moot
+      softmax_tile(tile_begin, [] {});  // no P V yet; O is still 0: its rescale is moot
       pack_p<Element>(p_frag, s);
       for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
         const uint32_t use = uses + uint32_t(tile - tile_begin);
@@ -328,9 +335,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
         sm90::fence_accumulators(s);
         release(&pipeline_k->empty[k_state.stage]);
-        process_scores(tile);
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(o);
+        softmax_tile(tile, [&] {
+          sm90::wgmma_wait<0>();
+          sm90::fence_accumulators(o);
+        });
         release(&pipeline_v->empty[v_state.stage]);
         rescale_rows(o, rescale);
         pack_p<Element>(p_frag, s);

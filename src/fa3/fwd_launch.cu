@@ -53,7 +53,9 @@ FwdTuning& fwd_tuning() {
     auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v != nullptr ? v : ""); };
     if (env("FLASHATTN_FA3_PINGPONG") == "0") t.pingpong = false;
     if (const std::string v = env("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
-    if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144") t.d128_block_n = std::stoi(v);
+    if (const std::string v = env("FLASHATTN_FA3_D64_BLOCKN"); v == "96" || v == "128") t.d64_block_n = std::stoi(v);
+    if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144" || v == "160" || v == "176")
+      t.d128_block_n = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
     if (const std::string v = env("FLASHATTN_FA3_SECTION_MB"); !v.empty()) t.section_mb = std::max(0, std::atoi(v.c_str()));
     return t;
@@ -102,6 +104,9 @@ Status check(const AttnProblem& p) {
   // The scheduler numbers work tiles (64-row blocks at most) in 32 bits, with room for a stride.
   if ((p.lens.seqlen_q + 63) / 64 * p.heads_q * p.batch >= (int64_t(1) << 30))
     return unsupported("at most 2^30 (64-row block, head, sequence) work tiles");
+  // The kernel's mask works in 32 bits (fwd_softmax.cuh): rows + keys + a kBlockM row block.
+  if (p.lens.seqlen_q + p.lens.seqlen_k >= (int64_t(1) << 31) - 256)
+    return unsupported("seqlen_q + seqlen_k below 2^31 - 256");
   return {};
 }
 
@@ -112,11 +117,13 @@ Status fwd(const AttnProblem& p, void* stream) {
   if (major != 9) return unsupported("needs an sm90 GPU");
   if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
+  AttnProblem clamped = p;
+  clamped.mask = clamp_windows(p.mask, p.lens.seqlen_q, p.lens.seqlen_k);
   switch (kernel_head_dim(p.head_dim)) {
-    case 64: return fwd_hdim64(p, s);
-    case 128: return fwd_hdim128(p, s);
-    case 192: return fwd_hdim192(p, s);
-    default: return fwd_hdim256(p, s);
+    case 64: return fwd_hdim64(clamped, s);
+    case 128: return fwd_hdim128(clamped, s);
+    case 192: return fwd_hdim192(clamped, s);
+    default: return fwd_hdim256(clamped, s);
   }
 }
 

@@ -46,6 +46,8 @@ TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
   c.head_dim = 96;  // the loader with idle threads (12 chunks per row)
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
+  c.head_dim = 256;  // 8 warps where the GPU has the shared memory for 128x64 tiles
+  expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // sweep it supports. Skips without an sm90 GPU.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstdlib>
 #include <tuple>
 
@@ -62,16 +63,32 @@ class TuningOverride {
 };
 
 // The size rules (fa3/fwd_tuning.h) give the wide tiles only to long sequences, which the sweep
-// has few of: its d64 and d128 cases again with them forced (three consumer warpgroups, 144 keys).
+// has few of: its d64 and d128 cases again with each wide tile forced (three consumer warpgroups
+// with 96 or 128 keys at d64; 144, 160 or 176 keys at d128).
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
+
+void expect_matches_with_wide_tiles(const AttentionCase& c, int d64_block_n, int d128_block_n) {
+  const TuningOverride force([&](fa3::FwdTuning& t) {
+    t.d64_consumers = 3;
+    t.d64_block_n = d64_block_n;
+    t.d128_block_n = d128_block_n;
+  });
+  expect_fa3_matches_reference(c);
+}
 
 TEST_P(Fa3ForwardWideTiles, MatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) {
-    t.d64_consumers = 3;
-    t.d128_block_n = 144;
-  });
-  expect_fa3_matches_reference(GetParam());
+  expect_matches_with_wide_tiles(GetParam(), 96, 144);
+}
+
+TEST_P(Fa3ForwardWideTiles, WiderMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  expect_matches_with_wide_tiles(GetParam(), 128, 160);
+}
+
+TEST_P(Fa3ForwardWideTiles, WidestMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  expect_matches_with_wide_tiles(GetParam(), 128, 176);
 }
 
 std::vector<AttentionCase> fa3_narrow_head_sweep() {
@@ -127,6 +144,13 @@ std::vector<AttentionCase> unequal_tile_cases() {
   AttentionCase window = persistent_cases()[1];
   window.window_left = 200;
   window.window_right = 30;
+  cases.push_back(window);
+  // Windows wider than any sequence on one side (the launch narrows them for the kernel's 32-bit mask).
+  window.window_left = INT_MAX;
+  window.window_right = 3;
+  cases.push_back(window);
+  window.window_left = 100;
+  window.window_right = INT_MAX - 1;
   cases.push_back(window);
   AttentionCase waves = persistent_cases()[1];
   waves.batch = 1;

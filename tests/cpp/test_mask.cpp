@@ -1,0 +1,68 @@
+// The mask rules of common/mask.h that kernels rely on: clamp_windows keeps every (row, key)
+// visibility of any window, and the 32-bit per-row key interval the FA3 forward forms from clamped
+// windows (fwd_softmax.cuh's mask_scores) equals visible_keys.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "common/mask.h"
+
+namespace flashattn::test {
+namespace {
+
+constexpr int kWindows[] = {-1, 0, 1, 3, 7, 40, 63, 64, 65, 200, INT_MAX - 1, INT_MAX};
+
+TEST(MaskWindows, ClampKeepsEveryVisibility) {
+  for (int sq : {1, 5, 64, 77}) {
+    for (int sk : {0, 1, 6, 64, 90}) {
+      for (int left : kWindows) {
+        for (int right : kWindows) {
+          const MaskParams m{left, right};
+          const MaskParams c = clamp_windows(m, sq, sk);
+          EXPECT_EQ(c.limits_keys(), m.limits_keys());
+          for (int row = 0; row < sq; ++row)
+            for (int key = -1; key <= sk; ++key)
+              ASSERT_EQ(key_visible(c, row, key, sq, sk), key_visible(m, row, key, sq, sk))
+                  << "sq " << sq << " sk " << sk << " window " << left << "," << right << " row " << row << " key " << key;
+        }
+      }
+    }
+  }
+}
+
+// The kernel's interval, in int as the device computes it (rows past seqlen_q included: padding rows
+// of the last row block).
+KeyRange kernel_interval(MaskParams m, int row, int sq, int sk) {
+  const int diag = row + (sk - sq);
+  const int begin = m.window_left >= 0 ? std::max(diag - m.window_left, 0) : 0;
+  const int end = m.window_right >= 0 ? std::min(diag + m.window_right + 1, sk) : sk;
+  return {begin, end};
+}
+
+TEST(MaskWindows, ThirtyTwoBitIntervalOfClampedWindowsMatchesVisibleKeys) {
+  for (int sq : {1, 5, 64, 77, 1 << 20}) {
+    for (int sk : {0, 1, 6, 64, 90, (1 << 30) - 7}) {
+      for (int left : kWindows) {
+        for (int right : kWindows) {
+          const MaskParams c = clamp_windows(MaskParams{left, right}, sq, sk);
+          for (int row : {0, 1, sq / 2, sq - 1, sq, sq + 190}) {
+            const KeyRange want = visible_keys(c, row, row + 1, sq, sk);
+            const KeyRange got = kernel_interval(c, row, sq, sk);
+            // Empty intervals may differ in their bounds; every key must agree.
+            if (want.empty()) {
+              EXPECT_TRUE(got.empty()) << "sq " << sq << " sk " << sk << " row " << row;
+            } else {
+              EXPECT_EQ(got.begin, want.begin) << "sq " << sq << " sk " << sk << " window " << left << "," << right << " row " << row;
+              EXPECT_EQ(got.end, want.end) << "sq " << sq << " sk " << sk << " window " << left << "," << right << " row " << row;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flashattn::test
