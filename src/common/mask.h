@@ -81,6 +81,19 @@ FA_HD MaskParams clamp_windows(MaskParams m, int64_t seqlen_q, int64_t seqlen_k)
   return m;
 }
 
+// visible_keys of one row in 32 bits, for kernels short of registers. Needs windows from
+// clamp_windows and row + seqlen_k + seqlen_q below 2^31: then nothing overflows. Empty: begin >= end.
+struct RowKeys {
+  int begin, end;
+};
+
+FA_HD RowKeys row_keys_32(MaskParams m, int row, int seqlen_q, int seqlen_k) {
+  const int diag = row + (seqlen_k - seqlen_q);
+  const int begin = m.window_left >= 0 && diag - m.window_left > 0 ? diag - m.window_left : 0;
+  const int end = m.window_right >= 0 && diag + m.window_right + 1 < seqlen_k ? diag + m.window_right + 1 : seqlen_k;
+  return {begin, end};
+}
+
 // True when every (row, key) of the tile is visible, so the tile needs no per-element mask.
 FA_HD bool tile_fully_visible(MaskParams m, int64_t row_begin, int64_t row_end, int64_t key_begin,
                               int64_t key_end, int64_t seqlen_q, int64_t seqlen_k) {

@@ -257,25 +257,34 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     };
 
     // Logits, mask and online softmax of a tile's S, then `wait_pv` (the P V wgmmas in flight: in
-    // the loop, those of the previous tile). Two copies, masked and not, behind a branch uniform over
-    // the warpgroup (a wgmma wait must be): with the mask test inside a single copy the compiler
-    // predicates the per-element compares into every tile. Unmasked tiles overlap the softmax with
-    // the P V wgmmas; a masked tile waits for them first, so that the mask's registers can reuse P's
-    // (otherwise 192 x 128 tiles at d64 and 128 x 176 at d128 spill; a masked tile is one of a row
-    // block's diagonal tiles or a last key tile, and the other warpgroups' GEMMs still run).
+    // the loop, those of the previous tile). Two copies, masked and not, behind a uniform branch:
+    // with the mask test inside a single copy the compiler predicates the per-element compares into
+    // every tile. Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores a masked
+    // tile waits for them first, so that the mask's registers can reuse P's (else 192 x 128 tiles
+    // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows (a wgmma
+    // wait must be uniform over the warpgroup). A masked tile is a diagonal or last key tile, and
+    // the other warpgroups' GEMMs still run. General scores (whose logit stage keeps more values
+    // live) mask before the wait, per warp of 16 rows: ptxas allocates that without spills.
+    constexpr bool kMaskAfterWait = !Config::kGeneralScore;
     auto softmax_tile = [&](int tile, auto wait_pv) {
       const int key0 = tile * kBlockN;
       scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
-      if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
+      const int test_row0 = kMaskAfterWait ? wg_row0 : wg_row0 + 16 * warp;
+      if (tile_fully_visible(p.mask, test_row0, test_row0 + (kMaskAfterWait ? 64 : 16), key0, key0 + kBlockN, sq, sk)) {
         softmax_update(s, row_max, row_sum, scale_log2, rescale);
         // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
         // longer overlap the P V wgmmas.
         sm90::fence_accumulators(s);
         wait_pv();
-      } else {
+      } else if constexpr (kMaskAfterWait) {
         wait_pv();
-        mask_scores(s, p.mask, at, key0, sq, sk);
+        mask_scores<true>(s, p.mask, at, key0, sq, sk);
         softmax_update(s, row_max, row_sum, scale_log2, rescale);
+      } else {
+        mask_scores<false>(s, p.mask, at, key0, sq, sk);
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        sm90::fence_accumulators(s);
+        wait_pv();
       }
     };
 

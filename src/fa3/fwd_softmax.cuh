@@ -46,17 +46,23 @@ __device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnPr
 }
 
 // Sets scores of invisible (row, key) pairs to -inf. Called only for tiles that need a mask; the
-// visible keys of a row are one interval (common/mask.h's visible_keys), found once per row, here
-// in 32 bits (the 64-bit version costs the widest tiles their last registers): the launch clamps
-// the windows (clamp_windows) and takes seqlen_q + seqlen_k < 2^31, so nothing overflows.
-template <int kRegs>
+// visible keys of a row are one interval (common/mask.h), found once per row: in 32 bits with
+// kNarrowIndex (the launch clamps the windows and takes seqlen_q + seqlen_k < 2^31), which the
+// widest plain tiles need for their registers; the 64-bit form suits the general-score kernels'
+// register allocation better.
+template <bool kNarrowIndex, int kRegs>
 __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, AccumulatorCoords at, int key0, int sq, int sk) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = at.row0 + 8 * r;
-    const int diag = row + (sk - sq);
-    const int begin = (m.window_left >= 0 ? max(diag - m.window_left, 0) : 0) - key0;
-    const int end = (m.window_right >= 0 ? min(diag + m.window_right + 1, sk) : sk) - key0;
+    int begin, end;
+    if constexpr (kNarrowIndex) {
+      const RowKeys keys = row_keys_32(m, row, sq, sk);
+      begin = keys.begin - key0, end = keys.end - key0;
+    } else {
+      const KeyRange keys = visible_keys(m, row, row + 1, sq, sk);
+      begin = int(keys.begin) - key0, end = int(keys.end) - key0;
+    }
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
       if ((i % 4) / 2 == r) {
