@@ -1,25 +1,23 @@
 // FA3 forward configurations of head dim 64 (calls with a head dim up to 64 run here).
-// Plain scores: three consumer warpgroups (160 registers each) with 192 x 96 tiles, unless that
-// pads the problem 7 % more than 128 x 128 does; then two (240 registers), 128 x 128. At d64 the
-// GEMMs are short, and a third warpgroup keeps the tensor cores busy while the others do their
-// softmax (H200, same run: +7 % at 8k-16k, +1-6 % at 2k-4k; -14 % at 512, where 192 x 96 pads
-// by 27 %). FA3 runs 192 x 128 (192 x 192 unmasked); here 128 keys spill 136 bytes at 160
-// registers, 112 spill 64, 96 none. Softcap/ALiBi: two consumer warpgroups, 128 x 128.
+// Plain scores: three consumer warpgroups (160 registers each) with 192 x 128 tiles, as FA3 runs,
+// unless that pads the problem 7 % more than 128 x 128 does; then two (240 registers), 128 x 128.
+// At d64 the GEMMs are short, and a third warpgroup keeps the tensor cores busy while the others
+// do their softmax. H200, same run: 192 x 96 was +7 % over 128 x 128 at 8k-16k, +1-6 % at 2k-4k,
+// -14 % at 512 (27 % padding); 192 x 128 is +7-10 % over 192 x 96 at 2k-16k, causal +3-6 % (it
+// fits 160 registers since masked tiles wait for P V before masking, fwd_kernel.cuh).
+// Softcap/ALiBi: two consumer warpgroups, 128 x 128.
 #include "fa3/fwd_launch.cuh"
 
 namespace flashattn::fa3 {
 
 Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream) {
   int consumers = fwd_tuning().d64_consumers;
-  if (consumers == 0) consumers = pads_at_most(p.lens.seqlen_q, p.lens.seqlen_k, 192, 96, 128, 128, 0.07) ? 3 : 2;
+  if (consumers == 0) consumers = pads_at_most(p.lens.seqlen_q, p.lens.seqlen_k, 192, 128, 128, 128, 0.07) ? 3 : 2;
   if (consumers == 2)
     return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128>(p, stream)
                                  : launch_head_dim<__nv_bfloat16, 64, 64, 128>(p, stream);
-  if (fwd_tuning().d64_block_n == 128)
-    return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128, 128, 3>(p, stream)
-                                 : launch_head_dim<__nv_bfloat16, 64, 64, 128, 128, 3>(p, stream);
-  return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 96, 128, 3>(p, stream)
-                               : launch_head_dim<__nv_bfloat16, 64, 64, 96, 128, 3>(p, stream);
+  return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128, 128, 3>(p, stream)
+                               : launch_head_dim<__nv_bfloat16, 64, 64, 128, 128, 3>(p, stream);
 }
 
 }  // namespace flashattn::fa3

@@ -8,14 +8,13 @@ namespace flashattn::fa3 {
 
 // 0 = chosen per call by the size rules in fwd_hdim64.cu / fwd_hdim128.cu. The environment
 // variables are read once per process: FLASHATTN_FA3_PINGPONG=0 turns ping-pong off,
-// FLASHATTN_FA3_D64_CONSUMERS=2|3, FLASHATTN_FA3_D64_BLOCKN=96|128 and
-// FLASHATTN_FA3_D128_BLOCKN=128|144|160|176 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the
+// FLASHATTN_FA3_D64_CONSUMERS=2|3 and
+// FLASHATTN_FA3_D128_BLOCKN=128|144|176 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the
 // dynamic schedule on or off, FLASHATTN_FA3_SECTION_MB=N sets its section size.
 struct FwdTuning {
   bool pingpong = true;
-  int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 96)
-  int d64_block_n = 0;    // key tile of plain d64 calls on three consumer warpgroups: 96 or 128
-  int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128, 144, 160 or 176
+  int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 128)
+  int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128, 144 or 176
   // Causal, windowed and varlen calls on persistent CTAs that take their tiles from a counter
   // (fwd_scheduler.cuh) instead of a CTA per tile (H200, same run: causal +1-24 % at d64, +1-15 %
   // at d128, +0-6 % at d256, most at short sequences).
