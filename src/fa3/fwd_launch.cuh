@@ -63,7 +63,9 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;
-  const bool pingpong = fwd_tuning().pingpong;
+  // Ping-pong helps where the softmax is long against the GEMMs (d64, causal d128: +1-8 %); at d256
+  // unmasked the GEMMs dominate and the turns only cost (H200, same run: off +1.5-3.7 % at 512-16k).
+  const bool pingpong = fwd_tuning().pingpong >= 0 ? fwd_tuning().pingpong == 1 : !(kHeadDim == 256 && !p.mask.limits_keys());
   if (!p.plain_forward_scores())
     return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
   if (pingpong)

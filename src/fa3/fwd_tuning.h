@@ -7,12 +7,14 @@
 namespace flashattn::fa3 {
 
 // 0 = chosen per call by the size rules in fwd_hdim64.cu / fwd_hdim128.cu. The environment
-// variables are read once per process: FLASHATTN_FA3_PINGPONG=0 turns ping-pong off,
+// variables are read once per process: FLASHATTN_FA3_PINGPONG=0|1 turns ping-pong off or on,
 // FLASHATTN_FA3_D64_CONSUMERS=2|3 and
 // FLASHATTN_FA3_D128_BLOCKN=128|144|176 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the
 // dynamic schedule on or off, FLASHATTN_FA3_SECTION_MB=N sets its section size.
 struct FwdTuning {
-  bool pingpong = true;
+  // Ping-pong of the consumer warpgroups: -1 = by the rule in fwd_launch.cuh (off for unmasked
+  // d256 calls), 0 = off, 1 = on.
+  int pingpong = -1;
   int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 128)
   int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128, 144 or 176
   // Causal, windowed and varlen calls on persistent CTAs that take their tiles from a counter

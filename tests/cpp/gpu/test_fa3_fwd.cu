@@ -123,6 +123,19 @@ TEST_P(Fa3ForwardPersistent, MatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
+// Ping-pong forced each way (the default depends on the head dim and the mask).
+TEST_P(Fa3ForwardPersistent, PingPongOffMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) { t.pingpong = 0; });
+  expect_fa3_matches_reference(GetParam());
+}
+
+TEST_P(Fa3ForwardPersistent, PingPongOnMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) { t.pingpong = 1; });
+  expect_fa3_matches_reference(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()), ParamTestName());
 
 // Causal, windowed, varlen and seqused_k calls with more work tiles than SMs on persistent CTAs
