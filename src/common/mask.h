@@ -73,8 +73,8 @@ FA_HD KeyRange visible_rows(MaskParams m, int64_t key_begin, int64_t key_end, in
 }
 
 // The same mask with windows wider than any sequence of the call narrowed to a width that is still
-// wider (left: seqlen_k, right: seqlen_q; seqlens the longest of the call), so that kernels can
-// form row +- window in 32 bits.
+// wider (left: seqlen_k, right: seqlen_q; each at least the longest sequence of the call), so that
+// kernels can form row +- window in 32 bits.
 FA_HD MaskParams clamp_windows(MaskParams m, int64_t seqlen_q, int64_t seqlen_k) {
   if (m.window_left > seqlen_k) m.window_left = int(seqlen_k);
   if (m.window_right > seqlen_q) m.window_right = int(seqlen_q);

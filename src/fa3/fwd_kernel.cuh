@@ -261,29 +261,35 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     // with the mask test inside a single copy the compiler predicates the per-element compares into
     // every tile. Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores a masked
     // tile waits for them first, so that the mask's registers can reuse P's (else 192 x 128 tiles
-    // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows (a wgmma
-    // wait must be uniform over the warpgroup). A masked tile is a diagonal or last key tile, and
-    // the other warpgroups' GEMMs still run. General scores (whose logit stage keeps more values
-    // live) mask before the wait, per warp of 16 rows: ptxas allocates that without spills.
-    constexpr bool kMaskAfterWait = !Config::kGeneralScore;
+    // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows, since a
+    // wgmma wait inside the branch must be uniform over the warpgroup. A masked tile is one that a
+    // diagonal, a window edge or the last key crosses; the other warpgroups' GEMMs still run during
+    // its wait. General scores (whose logit stage keeps more values live) mask before a single wait
+    // after the branch, per warp of 16 rows: ptxas allocates that without spills.
     auto softmax_tile = [&](int tile, auto wait_pv) {
       const int key0 = tile * kBlockN;
       scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
-      const int test_row0 = kMaskAfterWait ? wg_row0 : wg_row0 + 16 * warp;
-      if (tile_fully_visible(p.mask, test_row0, test_row0 + (kMaskAfterWait ? 64 : 16), key0, key0 + kBlockN, sq, sk)) {
-        softmax_update(s, row_max, row_sum, scale_log2, rescale);
-        // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
-        // longer overlap the P V wgmmas.
-        sm90::fence_accumulators(s);
-        wait_pv();
-      } else if constexpr (kMaskAfterWait) {
-        wait_pv();
-        mask_scores<true>(s, p.mask, at, key0, sq, sk);
-        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+      if constexpr (!Config::kGeneralScore) {
+        if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+          // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
+          // longer overlap the P V wgmmas.
+          sm90::fence_accumulators(s);
+          wait_pv();
+        } else {
+          wait_pv();
+          mask_scores<true>(s, p.mask, at, key0, sq, sk);
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        }
       } else {
-        mask_scores<false>(s, p.mask, at, key0, sq, sk);
-        softmax_update(s, row_max, row_sum, scale_log2, rescale);
-        sm90::fence_accumulators(s);
+        const int warp_row0 = wg_row0 + 16 * warp;
+        if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        } else {
+          mask_scores<false>(s, p.mask, at, key0, sq, sk);
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        }
+        sm90::fence_accumulators(s);  // as above
         wait_pv();
       }
     };

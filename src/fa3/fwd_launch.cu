@@ -42,6 +42,17 @@ Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim
   return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
 }
 
+// Upper bounds of every sequence's lengths that hold whatever max_seqlen a varlen caller passed (it
+// is not checked against cu_seqlens on the device): a varlen sequence lies within q's and k's rows.
+struct SeqlenBounds {
+  int64_t q, k;
+};
+
+SeqlenBounds seqlen_bounds(const AttnProblem& p) {
+  const bool varlen = p.lens.cu_seqlens_q != nullptr;
+  return {varlen ? p.lens.total_q : p.lens.seqlen_q, varlen ? p.lens.total_k : p.lens.seqlen_k};
+}
+
 // The head dim a call runs at: the next multiple of 64 (validation caps head dims at 256).
 int kernel_head_dim(int64_t head_dim) { return int(std::min<int64_t>((head_dim + 63) / 64 * 64, 256)); }
 
@@ -103,9 +114,10 @@ Status check(const AttnProblem& p) {
   // The scheduler numbers work tiles (64-row blocks at most) in 32 bits, with room for a stride.
   if ((p.lens.seqlen_q + 63) / 64 * p.heads_q * p.batch >= (int64_t(1) << 30))
     return unsupported("at most 2^30 (64-row block, head, sequence) work tiles");
-  // The kernel's mask works in 32 bits (fwd_softmax.cuh): rows + keys + a kBlockM row block.
-  if (p.lens.seqlen_q + p.lens.seqlen_k >= (int64_t(1) << 31) - 256)
-    return unsupported("seqlen_q + seqlen_k below 2^31 - 256");
+  // The kernel's mask works in 32 bits on windows narrowed to these bounds (fwd_softmax.cuh):
+  // rows + keys + a kBlockM row block.
+  if (const SeqlenBounds bounds = seqlen_bounds(p); bounds.q + bounds.k >= (int64_t(1) << 31) - 256)
+    return unsupported("query rows + key rows below 2^31 - 256");
   return {};
 }
 
@@ -117,7 +129,7 @@ Status fwd(const AttnProblem& p, void* stream) {
   if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;
-  clamped.mask = clamp_windows(p.mask, p.lens.seqlen_q, p.lens.seqlen_k);
+  clamped.mask = clamp_windows(p.mask, seqlen_bounds(p).q, seqlen_bounds(p).k);
   switch (kernel_head_dim(p.head_dim)) {
     case 64: return fwd_hdim64(clamped, s);
     case 128: return fwd_hdim128(clamped, s);

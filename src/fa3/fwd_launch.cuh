@@ -59,7 +59,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 // The configurations of one (head dim, head dim v): general scores (softcap, ALiBi, scale <= 0) run
 // on two consumer warpgroups without ping-pong, with kBlockNGeneral keys per tile (their logit
 // stage needs more registers); plain scores on kPlainConsumers warpgroups with kBlockN keys,
-// and ping-pong unless FwdTuning turns it off.
+// with ping-pong by the rule below unless FwdTuning forces it.
 template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;

@@ -47,7 +47,7 @@ __device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnPr
 
 // Sets scores of invisible (row, key) pairs to -inf. Called only for tiles that need a mask; the
 // visible keys of a row are one interval (common/mask.h), found once per row: in 32 bits with
-// kNarrowIndex (the launch clamps the windows and takes seqlen_q + seqlen_k < 2^31), which the
+// kNarrowIndex (the launch clamps the windows and takes query + key rows < 2^31 - 256), which the
 // widest plain tiles need for their registers; the 64-bit form suits the general-score kernels'
 // register allocation better.
 template <bool kNarrowIndex, int kRegs>

@@ -6,7 +6,7 @@
 
 namespace flashattn::fa3 {
 
-// 0 = chosen per call by the size rules in fwd_hdim64.cu / fwd_hdim128.cu. The environment
+// 0 (ping-pong: -1) = chosen per call by the rules in fwd_hdim64.cu / fwd_hdim128.cu / fwd_launch.cuh. The environment
 // variables are read once per process: FLASHATTN_FA3_PINGPONG=0|1 turns ping-pong off or on,
 // FLASHATTN_FA3_D64_CONSUMERS=2|3 and
 // FLASHATTN_FA3_D128_BLOCKN=128|144|176 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the

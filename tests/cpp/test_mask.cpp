@@ -19,12 +19,17 @@ TEST(MaskWindows, ClampKeepsEveryVisibility) {
       for (int left : kWindows) {
         for (int right : kWindows) {
           const MaskParams m{left, right};
-          const MaskParams c = clamp_windows(m, sq, sk);
-          EXPECT_EQ(c.limits_keys(), m.limits_keys());
-          for (int row = 0; row < sq; ++row)
-            for (int key = -1; key <= sk; ++key)
-              ASSERT_EQ(key_visible(c, row, key, sq, sk), key_visible(m, row, key, sq, sk))
-                  << "sq " << sq << " sk " << sk << " window " << left << "," << right << " row " << row << " key " << key;
+          // Clamped to bounds of the call (varlen: the longest sequence, or all rows), used on a
+          // sequence of (sq, sk) within them.
+          for (int extra : {0, 3, 1000}) {
+            const MaskParams c = clamp_windows(m, sq + extra, sk + 2 * extra);
+            EXPECT_EQ(c.limits_keys(), m.limits_keys());
+            for (int row = 0; row < sq; ++row)
+              for (int key = -1; key <= sk; ++key)
+                ASSERT_EQ(key_visible(c, row, key, sq, sk), key_visible(m, row, key, sq, sk))
+                    << "sq " << sq << " sk " << sk << " extra " << extra << " window " << left << "," << right << " row "
+                    << row << " key " << key;
+          }
         }
       }
     }

@@ -32,6 +32,36 @@ TEST_P(Fa2Forward, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Forward, ::testing::ValuesIn(gpu_sweep()), ParamTestName());
 
+// d256, whose sm90 tiles (128 x 64, 8 warps) differ from the other head dims': split-KV (given and
+// automatic, for a single query row), varlen with causal, GQA.
+std::vector<AttentionCase> d256_cases() {
+  std::vector<AttentionCase> cases;
+  AttentionCase c;
+  c.batch = 2;
+  c.seqlen_q = 300;
+  c.seqlen_k = 1000;
+  c.heads_q = 8;
+  c.heads_k = 2;
+  c.head_dim = 256;
+  c.causal = true;
+  c.num_splits = 3;
+  cases.push_back(c);
+  c.seqlen_q = 1;
+  c.causal = false;
+  c.num_splits = 0;
+  cases.push_back(c);
+  AttentionCase varlen = c;
+  varlen.batch = 3;
+  varlen.varlen_q = {130, 0, 257};
+  varlen.varlen_k = {200, 70, 257};
+  varlen.causal = true;
+  varlen.num_splits = 1;
+  cases.push_back(varlen);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(D256, Fa2Forward, ::testing::ValuesIn(d256_cases()), ParamTestName());
+
 // A race shows as results that move between runs of the same inputs.
 TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdlib>
 #include <tuple>
+#include <utility>
 
 #include "attention_case.h"
 #include "device_mirror.h"
@@ -63,26 +64,27 @@ class TuningOverride {
 };
 
 // The size rules (fa3/fwd_tuning.h) give the wide tiles only to long sequences, which the sweep
-// has few of: its d64 and d128 cases again with each wide tile forced (three consumer warpgroups,
-// 192 x 128, at d64; 144 or 176 keys at d128).
+// has few of: its d64 and d128 cases again with each tile forced (three consumer warpgroups,
+// 192 x 128, or two at d64; 144 or 176 keys at d128).
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
-
-void expect_matches_with_wide_tiles(const AttentionCase& c, int d128_block_n) {
-  const TuningOverride force([&](fa3::FwdTuning& t) {
-    t.d64_consumers = 3;
-    t.d128_block_n = d128_block_n;
-  });
-  expect_fa3_matches_reference(c);
-}
 
 TEST_P(Fa3ForwardWideTiles, MatchesReference) {
   SKIP_WITHOUT_SM90();
-  expect_matches_with_wide_tiles(GetParam(), 144);
+  const TuningOverride force([&](fa3::FwdTuning& t) {
+    t.d64_consumers = 3;
+    t.d128_block_n = 144;
+  });
+  expect_fa3_matches_reference(GetParam());
 }
 
+// With d64 on two consumer warpgroups (128 x 128), the tile the size rule gives short sequences.
 TEST_P(Fa3ForwardWideTiles, WidestMatchesReference) {
   SKIP_WITHOUT_SM90();
-  expect_matches_with_wide_tiles(GetParam(), 176);
+  const TuningOverride force([&](fa3::FwdTuning& t) {
+    t.d64_consumers = 2;
+    t.d128_block_n = 176;
+  });
+  expect_fa3_matches_reference(GetParam());
 }
 
 std::vector<AttentionCase> fa3_narrow_head_sweep() {
@@ -152,10 +154,14 @@ std::vector<AttentionCase> unequal_tile_cases() {
   window.window_left = 200;
   window.window_right = 30;
   cases.push_back(window);
-  // Windows wider than any sequence on one side (the launch narrows them for the kernel's 32-bit mask).
-  window.window_left = INT_MAX;
-  window.window_right = 3;
-  cases.push_back(window);
+  // Windows wider than any sequence on one side (the launch narrows them for the kernel's 32-bit
+  // mask): left with more queries than keys (diag - left would overflow for the first rows),
+  // right with more keys than queries.
+  AttentionCase wide_left = window;
+  wide_left.window_left = INT_MAX;
+  wide_left.window_right = 3;
+  std::swap(wide_left.seqlen_q, wide_left.seqlen_k);
+  cases.push_back(wide_left);
   window.window_left = 100;
   window.window_right = INT_MAX - 1;
   cases.push_back(window);
