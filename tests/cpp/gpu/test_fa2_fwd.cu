@@ -35,29 +35,15 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Forward, ::testing::ValuesIn(gpu_sweep()), Pa
 // d256, whose sm90 tiles (128 x 64, 8 warps) differ from the other head dims': split-KV (given and
 // automatic, for a single query row), varlen with causal, GQA.
 std::vector<AttentionCase> d256_cases() {
-  std::vector<AttentionCase> cases;
-  AttentionCase c;
-  c.batch = 2;
-  c.seqlen_q = 300;
-  c.seqlen_k = 1000;
-  c.heads_q = 8;
-  c.heads_k = 2;
-  c.head_dim = 256;
-  c.causal = true;
-  c.num_splits = 3;
-  cases.push_back(c);
-  c.seqlen_q = 1;
-  c.causal = false;
-  c.num_splits = 0;
-  cases.push_back(c);
-  AttentionCase varlen = c;
-  varlen.batch = 3;
-  varlen.varlen_q = {130, 0, 257};
-  varlen.varlen_k = {200, 70, 257};
-  varlen.causal = true;
-  varlen.num_splits = 1;
-  cases.push_back(varlen);
-  return cases;
+  const AttentionCase split{.batch = 2, .seqlen_q = 300, .seqlen_k = 1000, .heads_q = 8, .heads_k = 2, .head_dim = 256,
+                            .causal = true, .num_splits = 3};
+  AttentionCase decode = split;
+  decode.seqlen_q = 1;
+  decode.causal = false;
+  decode.num_splits = 0;
+  const AttentionCase varlen{.batch = 3, .heads_q = 8, .heads_k = 2, .head_dim = 256, .causal = true,
+                             .varlen_q = {130, 0, 257}, .varlen_k = {200, 70, 257}};
+  return {split, decode, varlen};
 }
 
 INSTANTIATE_TEST_SUITE_P(D256, Fa2Forward, ::testing::ValuesIn(d256_cases()), ParamTestName());

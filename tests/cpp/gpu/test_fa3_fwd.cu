@@ -68,23 +68,23 @@ class TuningOverride {
 // 192 x 128, or two at d64; 144 or 176 keys at d128).
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
 
+void expect_matches_with_tiles(const AttentionCase& c, int d64_consumers, int d128_block_n) {
+  const TuningOverride force([&](fa3::FwdTuning& t) {
+    t.d64_consumers = d64_consumers;
+    t.d128_block_n = d128_block_n;
+  });
+  expect_fa3_matches_reference(c);
+}
+
 TEST_P(Fa3ForwardWideTiles, MatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([&](fa3::FwdTuning& t) {
-    t.d64_consumers = 3;
-    t.d128_block_n = 144;
-  });
-  expect_fa3_matches_reference(GetParam());
+  expect_matches_with_tiles(GetParam(), 3, 144);
 }
 
 // With d64 on two consumer warpgroups (128 x 128), the tile the size rule gives short sequences.
 TEST_P(Fa3ForwardWideTiles, WidestMatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([&](fa3::FwdTuning& t) {
-    t.d64_consumers = 2;
-    t.d128_block_n = 176;
-  });
-  expect_fa3_matches_reference(GetParam());
+  expect_matches_with_tiles(GetParam(), 2, 176);
 }
 
 std::vector<AttentionCase> fa3_narrow_head_sweep() {
