@@ -87,14 +87,6 @@ int tile_variant() {
   return variant;
 }
 
-int smem_optin() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-    return 0;  // launch() reads the device again and reports the error
-  return bytes;
-}
-
 // (head dim, kBlockM, kBlockN, warps): each warp holds kBlockM / warps rows. Head dims 32, 64, .., 256
 // have kernels of their own (H200: the GPU suite, 2026-11-29); others run padded to the next. The dropout variants take smaller tiles where the
 // Philox state would otherwise spill. The plain d64 kernel keeps Q's fragments in registers (238
@@ -133,8 +125,11 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
     // shared memory (sm90: 227 KB; H200 2026-11-29: +13-18 % over 64x32 at 2k/8k, causal and
     // not); sm80/sm86/sm89 keep 64x32.
     using WideD256 = FwdConfig<Element, 256, 128, 64, 8, false, false>;
-    const bool wide_d256 = variant == 3 || (variant < 0 && WideD256::kSmemBytes <= smem_optin());
-    if (wide_d256 && dim > 224) return launch<WideD256>(p, stream);
+    if (dim > 224 && variant != 0) {
+      DeviceLimits limits;
+      if (Status st = device_limits(&limits); !st.ok()) return st;
+      if (variant == 3 || (variant < 0 && WideD256::kSmemBytes <= limits.smem_optin)) return launch<WideD256>(p, stream);
+    }
   }
   return launch_head_dim<Element, kDropout, kGeneral>(dim, p, stream);
 }

@@ -129,7 +129,8 @@ Status fwd(const AttnProblem& p, void* stream) {
   if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;
-  clamped.mask = clamp_windows(p.mask, seqlen_bounds(p).q, seqlen_bounds(p).k);
+  const SeqlenBounds bounds = seqlen_bounds(p);
+  clamped.mask = clamp_windows(p.mask, bounds.q, bounds.k);
   switch (kernel_head_dim(p.head_dim)) {
     case 64: return fwd_hdim64(clamped, s);
     case 128: return fwd_hdim128(clamped, s);

@@ -6,11 +6,11 @@
 
 namespace flashattn::fa3 {
 
-// 0 (ping-pong: -1) = chosen per call by the rules in fwd_hdim64.cu / fwd_hdim128.cu / fwd_launch.cuh. The environment
-// variables are read once per process: FLASHATTN_FA3_PINGPONG=0|1 turns ping-pong off or on,
-// FLASHATTN_FA3_D64_CONSUMERS=2|3 and
-// FLASHATTN_FA3_D128_BLOCKN=128|144|176 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the
-// dynamic schedule on or off, FLASHATTN_FA3_SECTION_MB=N sets its section size.
+// 0 (ping-pong: -1) = chosen per call by the rules in fwd_hdim64.cu, fwd_hdim128.cu and
+// fwd_launch.cuh. The environment variables are read once per process: FLASHATTN_FA3_PINGPONG=0|1
+// turns ping-pong off or on, FLASHATTN_FA3_D64_CONSUMERS=2|3 and FLASHATTN_FA3_D128_BLOCKN=128|144|176
+// force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the dynamic schedule on or off,
+// FLASHATTN_FA3_SECTION_MB=N sets its section size.
 struct FwdTuning {
   // Ping-pong of the consumer warpgroups: -1 = by the rule in fwd_launch.cuh (off for unmasked
   // d256 calls), 0 = off, 1 = on.

@@ -193,23 +193,23 @@ std::vector<AttentionCase> unequal_tile_cases() {
 
 class Fa3ForwardUnequalTiles : public ::testing::TestWithParam<AttentionCase> {};
 
+void expect_matches_on_dynamic_schedule(const AttentionCase& c, int section_mb) {
+  const TuningOverride force([&](fa3::FwdTuning& t) {
+    t.dynamic_schedule = true;
+    t.section_mb = section_mb;
+  });
+  expect_fa3_matches_reference(c);
+}
+
 TEST_P(Fa3ForwardUnequalTiles, DynamicScheduleMatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) {
-    t.dynamic_schedule = true;
-    t.section_mb = 0;
-  });
-  expect_fa3_matches_reference(GetParam());
+  expect_matches_on_dynamic_schedule(GetParam(), 0);
 }
 
 // Sections of a few heads (the last one short for some cases): the order within a section.
 TEST_P(Fa3ForwardUnequalTiles, DynamicSectionsMatchReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) {
-    t.dynamic_schedule = true;
-    t.section_mb = 1;
-  });
-  expect_fa3_matches_reference(GetParam());
+  expect_matches_on_dynamic_schedule(GetParam(), 1);
 }
 
 TEST_P(Fa3ForwardUnequalTiles, CtaPerTileMatchesReference) {
