@@ -57,7 +57,7 @@ struct BwdArgs {
 };
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, bool kDropout_,
-          bool kGeneralScore_ = true>
+          bool kGeneralScore_ = true, int kKeyTiles_ = 1>
 struct BwdConfig {
   using Element = Element_;
   static constexpr bool kDropout = kDropout_;  // a template flag: Philox state costs registers
@@ -74,9 +74,12 @@ struct BwdConfig {
   static constexpr int kRowStride = kHeadDim + 8;  // Q, dO, K, V rows; +16 bytes against bank conflicts
   static constexpr int kTStride = kBlockM + 8;     // P^T and dS^T: one key per smem row
 
-  // S^T/dP^T and dK/dV: warp w owns the 16 keys (w % kWarpsKeys) * 16; the kWarpsSplit warps
-  // sharing those keys split the rows of S^T and the columns of dK/dV.
-  static constexpr int kWarpsKeys = kBlockN / 16;
+  // S^T/dP^T and dK/dV: warp w owns kKeyTiles m16 tiles of keys from (w % kWarpsKeys) * 16 *
+  // kKeyTiles; the kWarpsSplit warps sharing those keys split the rows of S^T and the columns of
+  // dK/dV. Two key tiles per warp read each Q/dO fragment once for both (S^T, dP^T, dV, dK): fewer
+  // ldmatrix per MMA, which bounds this kernel (shared-memory bandwidth).
+  static constexpr int kKeyTiles = kKeyTiles_;
+  static constexpr int kWarpsKeys = kBlockN / (16 * kKeyTiles);
   static constexpr int kWarpsSplit = kWarps / kWarpsKeys;
   static constexpr int kRowsPerWarp = kBlockM / kWarpsSplit;
   static constexpr int kColTilesKV = kHeadDim / kWarpsSplit / 8;
@@ -124,6 +127,8 @@ struct BwdConfig {
   static_assert(kThreads % (kHeadDim / 8) == 0, "a thread's 16-byte chunks must share one column");
   static_assert(kBwdRowAlign % kBlockM == 0 && kBlockM % kBwdMinBlockM == 0, "workspace row padding");
   static_assert(kBlockM / 2 <= kThreads, "one thread per 16-byte chunk of LSE and D");
+  static_assert(kBlockN % (16 * kKeyTiles) == 0 && (kKeyTiles == 1 || !kDropout),
+                "key tiles per warp divide the block; dropout keeps one (its keep bits fill 32 bits)");
 };
 
 
@@ -139,7 +144,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   constexpr int kRowStride = Config::kRowStride, kTStride = Config::kTStride, kStages = Config::kStages;
   constexpr int kRowTiles = Config::kRowTiles, kColTilesKV = Config::kColTilesKV;
-  constexpr int kRowsPerWarp = Config::kRowsPerWarp;
+  constexpr int kRowsPerWarp = Config::kRowsPerWarp, kKeyTiles = Config::kKeyTiles;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* smem_k = reinterpret_cast<Element*>(smem_raw);
   Element* smem_v = smem_k + Config::kSmemKV;
@@ -163,17 +168,19 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   const int keys_used = sk - key0 < 0 ? 0 : (sk - key0 < kBlockN ? sk - key0 : kBlockN);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
-  const int key_local = (warp % Config::kWarpsKeys) * 16;  // this warp's first key in the tile
+  const int key_local = (warp % Config::kWarpsKeys) * 16 * kKeyTiles;  // this warp's first key in the tile
   const int split = warp / Config::kWarpsKeys;
   const int row_local0 = split * kRowsPerWarp;          // its first row of S^T
   const int col_kv0 = split * kColTilesKV * 8;          // its first column of dK/dV
   const int heads_per_group = int(p.heads_q / p.heads_k);
 
-  float dk_acc[kColTilesKV][4], dv_acc[kColTilesKV][4];
+  float dk_acc[kKeyTiles][kColTilesKV][4], dv_acc[kKeyTiles][kColTilesKV][4];
 #pragma unroll
-  for (int t = 0; t < kColTilesKV; ++t)
+  for (int kt = 0; kt < kKeyTiles; ++kt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk_acc[t][e] = dv_acc[t][e] = 0.f;
+    for (int t = 0; t < kColTilesKV; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk_acc[kt][t][e] = dv_acc[kt][t][e] = 0.f;
 
   int m_begin = 0, m_count = 0;
   if (keys_used > 0) {
@@ -245,8 +252,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   const int shift = sk - sq;  // row i's diagonal key is i + shift
   const uint32_t dropout_threshold_bits = dropout_threshold(p.dropout_p);
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
-  // This thread's keys in the sequence: kk[0] for accumulator elements 0,1 and kk[1] for 2,3.
-  const int my_key[2] = {key0 + key_local + group, key0 + key_local + group + 8};
+  // This thread's keys in the sequence, per key tile kt: my_key[kt][0] for accumulator elements 0,1
+  // and my_key[kt][1] for 2,3.
+  int my_key[kKeyTiles][2];
+#pragma unroll
+  for (int kt = 0; kt < kKeyTiles; ++kt) {
+    my_key[kt][0] = key0 + key_local + 16 * kt + group;
+    my_key[kt][1] = key0 + key_local + 16 * kt + group + 8;
+  }
   // Row blocks [row0, rows_end) with full_rows_first <= row0 and rows_end - 1 <= full_rows_last
   // see every key of this block (tile_fully_visible, solved for the rows once per CTA in place of
   // 64-bit corner tests per step); clamped to [-1, sq] so that they fit an int.
@@ -300,19 +313,25 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     const float slope = p.alibi_slope(b, h);
 
     // dV += P_drop^T dO and dK += dS^T Q for the 16 tile rows of k-step `kstep`: M = this warp's
-    // keys, N = its dK/dV columns.
-    const auto accumulate_dkdv = [&](int kstep, const uint32_t (&a_p)[4], const uint32_t (&a_ds)[4]) {
+    // keys (each key tile's A fragments), N = its dK/dV columns (B fragments read once for all).
+    const auto accumulate_dkdv = [&](int kstep, const uint32_t (&a_p)[kKeyTiles][4], const uint32_t (&a_ds)[kKeyTiles][4]) {
 #pragma unroll
       for (int t = 0; t < kColTilesKV; t += 2) {
         uint32_t bdo[4], bq[4];  // b0,b1 of column tiles t and t + 1
         const int b_off = (kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride + col_kv0 + t * 8 +
                           (lane / 16) * 8;
         sm80::ldmatrix_x4_trans(bdo, sm80::smem_address(do_tile + b_off));
-        sm80::mma_m16n8k16<Element>(dv_acc[t], a_p, bdo[0], bdo[1]);
-        sm80::mma_m16n8k16<Element>(dv_acc[t + 1], a_p, bdo[2], bdo[3]);
+#pragma unroll
+        for (int kt = 0; kt < kKeyTiles; ++kt) {
+          sm80::mma_m16n8k16<Element>(dv_acc[kt][t], a_p[kt], bdo[0], bdo[1]);
+          sm80::mma_m16n8k16<Element>(dv_acc[kt][t + 1], a_p[kt], bdo[2], bdo[3]);
+        }
         sm80::ldmatrix_x4_trans(bq, sm80::smem_address(q_tile + b_off));
-        sm80::mma_m16n8k16<Element>(dk_acc[t], a_ds, bq[0], bq[1]);
-        sm80::mma_m16n8k16<Element>(dk_acc[t + 1], a_ds, bq[2], bq[3]);
+#pragma unroll
+        for (int kt = 0; kt < kKeyTiles; ++kt) {
+          sm80::mma_m16n8k16<Element>(dk_acc[kt][t], a_ds[kt], bq[0], bq[1]);
+          sm80::mma_m16n8k16<Element>(dk_acc[kt][t + 1], a_ds[kt], bq[2], bq[3]);
+        }
       }
     };
 
@@ -327,57 +346,71 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
 #pragma unroll 1
         for (int i = 0; i < kRowTiles * 4; ++i) {
           const int row = row0 + pass_row0 + (i / 4) * 8 + 2 * quad + (i % 2);
-          const int key = (i % 4) >= 2 ? my_key[1] : my_key[0];
+          const int key = (i % 4) >= 2 ? my_key[0][1] : my_key[0][0];  // one key tile with dropout
           const bool keep =
               dropout_keep(p.dropout_seed, p.dropout_offset, b, p.heads_q, h, row, key, dropout_threshold_bits);
           keep_bits |= uint32_t(keep) << i;
         }
       }
 
-      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys and the pass's rows.
-      float st[kRowTiles][4], dpt[kRowTiles][4];
+      // S^T = K Q^T and dP^T = V dO^T for this warp's keys and the pass's rows.
+      float st[kKeyTiles][kRowTiles][4], dpt[kKeyTiles][kRowTiles][4];
 #pragma unroll
-      for (int t = 0; t < kRowTiles; ++t)
+      for (int kt = 0; kt < kKeyTiles; ++kt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) st[t][e] = dpt[t][e] = 0.f;
+        for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) st[kt][t][e] = dpt[kt][t][e] = 0.f;
 #pragma unroll
       for (int kstep = 0; kstep < Config::kHeadDim / 16; ++kstep) {
-        uint32_t a_k[4], a_v[4];
-        const int a_off = (key_local + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride + kstep * 16 + (lane / 16) * 8;
-        sm80::ldmatrix_x4(a_k, sm80::smem_address(smem_k + a_off));
-        sm80::ldmatrix_x4(a_v, sm80::smem_address(smem_v + a_off));
+        uint32_t a_k[kKeyTiles][4], a_v[kKeyTiles][4];
+#pragma unroll
+        for (int kt = 0; kt < kKeyTiles; ++kt) {
+          const int a_off =
+              (key_local + 16 * kt + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride + kstep * 16 + (lane / 16) * 8;
+          sm80::ldmatrix_x4(a_k[kt], sm80::smem_address(smem_k + a_off));
+          sm80::ldmatrix_x4(a_v[kt], sm80::smem_address(smem_v + a_off));
+        }
 #pragma unroll
         for (int t = 0; t < kRowTiles; t += 2) {
           uint32_t bq[4], bdo[4];  // b0,b1 of row tiles t and t + 1
           const int b_off = (pass_row0 + t * 8 + (lane % 8) + (lane / 16) * 8) * kRowStride + kstep * 16 +
                             ((lane / 8) % 2) * 8;
           sm80::ldmatrix_x4(bq, sm80::smem_address(q_tile + b_off));
-          sm80::mma_m16n8k16<Element>(st[t], a_k, bq[0], bq[1]);
-          sm80::mma_m16n8k16<Element>(st[t + 1], a_k, bq[2], bq[3]);
+#pragma unroll
+          for (int kt = 0; kt < kKeyTiles; ++kt) {
+            sm80::mma_m16n8k16<Element>(st[kt][t], a_k[kt], bq[0], bq[1]);
+            sm80::mma_m16n8k16<Element>(st[kt][t + 1], a_k[kt], bq[2], bq[3]);
+          }
           sm80::ldmatrix_x4(bdo, sm80::smem_address(do_tile + b_off));
-          sm80::mma_m16n8k16<Element>(dpt[t], a_v, bdo[0], bdo[1]);
-          sm80::mma_m16n8k16<Element>(dpt[t + 1], a_v, bdo[2], bdo[3]);
+#pragma unroll
+          for (int kt = 0; kt < kKeyTiles; ++kt) {
+            sm80::mma_m16n8k16<Element>(dpt[kt][t], a_v[kt], bdo[0], bdo[1]);
+            sm80::mma_m16n8k16<Element>(dpt[kt][t + 1], a_v[kt], bdo[2], bdo[3]);
+          }
         }
       }
 
-      // P, dropout, dS. Element (t, e) is key my_key[e / 2] and tile row pass_row0 + t*8 + 2*quad + e%2.
+      // P, dropout, dS. Element (kt, t, e) is key my_key[kt][e / 2] and tile row pass_row0 + t*8 +
+      // 2*quad + e%2.
       // Afterwards st holds P_drop and dpt holds dS = P * (dP_drop - D) * dlogit/ds. The plain path
       // has two copies, the per-element mask only in the one for tiles that need it (a CTA-uniform
       // branch); the general path one copy with the mask behind a runtime test (registers).
       const auto p_and_ds = [&](auto masked, bool mask_runtime) {
         constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-        for (int t = 0; t < kRowTiles; ++t) {
+        for (int i = 0; i < kKeyTiles * kRowTiles; ++i) {
+          const int kt = i / kRowTiles, t = i % kRowTiles;
           const int row_in_tile = pass_row0 + t * 8 + 2 * quad;
           const float2 lse2 = *reinterpret_cast<const float2*>(lse_tile + row_in_tile);
           const float2 delta2 = *reinterpret_cast<const float2*>(delta_tile + row_in_tile);
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int row = row0 + row_in_tile + (e % 2);
-            const int key = my_key[e / 2];
+            const int key = my_key[kt][e / 2];
             const float row_lse = (e % 2) ? lse2.y : lse2.x;
             const float row_delta = (e % 2) ? delta2.y : delta2.x;
-            const float s = st[t][e];
+            const float s = st[kt][t][e];
             float grad = Config::kGeneralScore ? score.scale : 1.f;  // plain: scale applied to dK, dQ
             float exponent;
             if constexpr (Config::kGeneralScore) {
@@ -406,15 +439,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
               if (!visible) exponent = -INFINITY;
             }
             const float prob = sm80::fast_exp2(exponent);
-            float dp = dpt[t][e];
+            float dp = dpt[kt][t][e];
             float prob_drop = prob;
             if constexpr (Config::kDropout) {
               const bool keep = (keep_bits >> (4 * t + e)) & 1u;
               prob_drop = keep ? prob * keep_scale : 0.f;
               dp = keep ? dp * keep_scale : 0.f;
             }
-            st[t][e] = prob_drop;
-            dpt[t][e] = prob * (dp - row_delta) * grad;
+            st[kt][t][e] = prob_drop;
+            dpt[kt][t][e] = prob * (dp - row_delta) * grad;
           }
         }
       };
@@ -427,27 +460,32 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
 
       // dS^T (and P_drop^T) to shared memory, one key per row: packed pairs of consecutive rows.
 #pragma unroll
-      for (int t = 0; t < kRowTiles; ++t)
+      for (int kt = 0; kt < kKeyTiles; ++kt)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int off = (key_local + group + half * 8) * kTStride + pass_row0 + t * 8 + 2 * quad;
-          *reinterpret_cast<uint32_t*>(smem_dst + off) = sm80::pack2<Element>(dpt[t][2 * half], dpt[t][2 * half + 1]);
-          if constexpr (Config::kPInSmem)
-            *reinterpret_cast<uint32_t*>(smem_pt + off) = sm80::pack2<Element>(st[t][2 * half], st[t][2 * half + 1]);
-        }
+        for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int off = (key_local + 16 * kt + group + half * 8) * kTStride + pass_row0 + t * 8 + 2 * quad;
+            *reinterpret_cast<uint32_t*>(smem_dst + off) =
+                sm80::pack2<Element>(dpt[kt][t][2 * half], dpt[kt][t][2 * half + 1]);
+            if constexpr (Config::kPInSmem)
+              *reinterpret_cast<uint32_t*>(smem_pt + off) = sm80::pack2<Element>(st[kt][t][2 * half], st[kt][t][2 * half + 1]);
+          }
 
       if constexpr (!Config::kPInSmem) {
         // The S^T accumulators of row tiles 2k, 2k+1 are the A fragment of k-step k.
 #pragma unroll
         for (int k = 0; k < kRowTiles / 2; ++k) {
-          const uint32_t a_p[4] = {sm80::pack2<Element>(st[2 * k][0], st[2 * k][1]),
-                                   sm80::pack2<Element>(st[2 * k][2], st[2 * k][3]),
-                                   sm80::pack2<Element>(st[2 * k + 1][0], st[2 * k + 1][1]),
-                                   sm80::pack2<Element>(st[2 * k + 1][2], st[2 * k + 1][3])};
-          const uint32_t a_ds[4] = {sm80::pack2<Element>(dpt[2 * k][0], dpt[2 * k][1]),
-                                    sm80::pack2<Element>(dpt[2 * k][2], dpt[2 * k][3]),
-                                    sm80::pack2<Element>(dpt[2 * k + 1][0], dpt[2 * k + 1][1]),
-                                    sm80::pack2<Element>(dpt[2 * k + 1][2], dpt[2 * k + 1][3])};
+          uint32_t a_p[kKeyTiles][4], a_ds[kKeyTiles][4];
+#pragma unroll
+          for (int kt = 0; kt < kKeyTiles; ++kt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float(&p_tile)[4] = st[kt][2 * k + i / 2];
+              const float(&ds_tile)[4] = dpt[kt][2 * k + i / 2];
+              a_p[kt][i] = sm80::pack2<Element>(p_tile[2 * (i % 2)], p_tile[2 * (i % 2) + 1]);
+              a_ds[kt][i] = sm80::pack2<Element>(ds_tile[2 * (i % 2)], ds_tile[2 * (i % 2) + 1]);
+            }
           accumulate_dkdv(pass_row0 / 16 + k, a_p, a_ds);
         }
       }
@@ -457,10 +495,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     if constexpr (Config::kPInSmem) {
 #pragma unroll
       for (int kstep = 0; kstep < kBlockM / 16; ++kstep) {
-        uint32_t a_p[4], a_ds[4];
-        const int a_off = (key_local + (lane % 8) + ((lane / 8) % 2) * 8) * kTStride + kstep * 16 + (lane / 16) * 8;
-        sm80::ldmatrix_x4(a_p, sm80::smem_address(smem_pt + a_off));
-        sm80::ldmatrix_x4(a_ds, sm80::smem_address(smem_dst + a_off));
+        uint32_t a_p[kKeyTiles][4], a_ds[kKeyTiles][4];
+#pragma unroll
+        for (int kt = 0; kt < kKeyTiles; ++kt) {
+          const int a_off =
+              (key_local + 16 * kt + (lane % 8) + ((lane / 8) % 2) * 8) * kTStride + kstep * 16 + (lane / 16) * 8;
+          sm80::ldmatrix_x4(a_p[kt], sm80::smem_address(smem_pt + a_off));
+          sm80::ldmatrix_x4(a_ds[kt], sm80::smem_address(smem_dst + a_off));
+        }
         accumulate_dkdv(kstep, a_p, a_ds);
       }
     }
@@ -577,8 +619,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   Element* dv = static_cast<Element*>(bp.dv.data);
   const float dk_scale = Config::kGeneralScore ? 1.f : score.scale;  // plain path: dS was unscaled
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = my_key[half];
+  for (int i = 0; i < 2 * kKeyTiles; ++i) {
+    const int kt = i / 2, half = i % 2;
+    const int key = my_key[kt][half];
     if (key >= stored_k) continue;
     Element* dk_row = dk + bp.dk.offset(b, key, hk);
     Element* dv_row = dv + bp.dv.offset(b, key, hk);
@@ -587,9 +630,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       const int col = col_kv0 + t * 8 + 2 * quad;
       if (col < p.head_dim)
         *reinterpret_cast<uint32_t*>(dk_row + col) =
-            sm80::pack2<Element>(dk_acc[t][2 * half] * dk_scale, dk_acc[t][2 * half + 1] * dk_scale);
+            sm80::pack2<Element>(dk_acc[kt][t][2 * half] * dk_scale, dk_acc[kt][t][2 * half + 1] * dk_scale);
       if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv_row + col) = sm80::pack2<Element>(dv_acc[t][2 * half], dv_acc[t][2 * half + 1]);
+        *reinterpret_cast<uint32_t*>(dv_row + col) = sm80::pack2<Element>(dv_acc[kt][t][2 * half], dv_acc[kt][t][2 * half + 1]);
     }
   }
 }

@@ -2,12 +2,23 @@
 // dQ conversion; everything enqueued on the caller's stream, no host synchronisation.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "fa2/bwd_main.cuh"
 #include "fa2/fa2_backend.h"
 
 namespace flashattn::fa2 {
+
+BwdTuning& bwd_tuning() {
+  static BwdTuning tuning = [] {
+    BwdTuning t;
+    const char* v = std::getenv("FLASHATTN_FA2_BWD_KEY_TILES");
+    if (v != nullptr && (std::string(v) == "1" || std::string(v) == "2")) t.key_tiles = std::atoi(v);
+    return t;
+  }();
+  return tuning;
+}
 
 FLASHATTN_FA2_BWD_DECLARE(__half, 64)
 FLASHATTN_FA2_BWD_DECLARE(__half, 128)

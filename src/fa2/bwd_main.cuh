@@ -9,15 +9,18 @@
 
 #include "common/cuda_status.h"
 #include "fa2/bwd_kernel.cuh"
+#include "fa2/bwd_tuning.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa2 {
 
 // (kBlockM, kBlockN, warps) per padded head dim. d <= 128: 64 x 128 tiles, 8 warps of 16 keys
 // that each hold all 64 rows of their S^T (P and dS feed dK/dV from registers); d256: 64 x 64,
-// pairs of warps share 16 keys (half the rows of S^T, half the columns of dK/dV each).
-template <typename Element, int kHeadDim, bool kDropout, int kStages, bool kGeneral>
-using BwdConfigFor = BwdConfig<Element, kHeadDim, 64, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout, kGeneral>;
+// pairs of warps share 16 keys (half the rows of S^T, half the columns of dK/dV each). With two
+// key tiles per warp (BwdTuning): 32 keys per warp, 2 (d <= 128) or 4 (d256) warps sharing them.
+template <typename Element, int kHeadDim, bool kDropout, int kStages, bool kGeneral, int kKeyTiles = 1>
+using BwdConfigFor =
+    BwdConfig<Element, kHeadDim, 64, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout, kGeneral, kKeyTiles>;
 
 template <typename Config>
 Status launch_bwd_main_config(const BwdArgs& args, cudaStream_t stream) {
@@ -40,6 +43,12 @@ Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   FLASHATTN_CUDA_CHECK("fa2 bwd: reading the device", err);
+  // Two key tiles per warp: the plain score path only (the general one spills at d128).
+  if constexpr (!kDropout && !kGeneral) {
+    using TwoKeyTiles = BwdConfigFor<Element, kHeadDim, false, 2, false, 2>;
+    if (bwd_tuning().key_tiles == 2 && TwoKeyTiles::kSmemBytes <= smem_optin)
+      return launch_bwd_main_config<TwoKeyTiles>(args, stream);
+  }
   using TwoStages = BwdConfigFor<Element, kHeadDim, kDropout, 2, kGeneral>;
   if (TwoStages::kSmemBytes <= smem_optin) return launch_bwd_main_config<TwoStages>(args, stream);
   if constexpr (kHeadDim == 256) {

@@ -36,3 +36,15 @@ fa_benchmark_binary() {
   fi
   echo "$bench"
 }
+
+# fa_rename_backend JSON NAME: sets every row's backend in a flashattn_bench JSON file to NAME
+# (bench/peers/join.py names its columns by backend: each measured variant gets its own).
+fa_rename_backend() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for r in doc["rows"]:
+    r["backend"] = sys.argv[2]
+json.dump(doc, open(sys.argv[1], "w"))
+PY
+}

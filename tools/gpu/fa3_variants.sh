@@ -25,14 +25,7 @@ for v in "${variants[@]}"; do
   [[ "$wanted" == *" $name "* ]] || continue
   # shellcheck disable=SC2086  # setting is empty or NAME=VALUE words
   env $setting "$bench" --backend fa3 --grid peers --direction fwd --json "$logdir/$name.json" >"$logdir/$name.txt"
-  # join.py names columns by backend: give each variant its own.
-  python3 - "$logdir/$name.json" "fa3-$name" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-for r in doc["rows"]:
-    r["backend"] = sys.argv[2]
-json.dump(doc, open(sys.argv[1], "w"))
-PY
+  fa_rename_backend "$logdir/$name.json" "fa3-$name"
   jsons+=("$logdir/$name.json")
 done
 python3 "$root/bench/peers/sdpa_peers.py" --direction fwd --json "$logdir/peers.json" >"$logdir/peers.txt"

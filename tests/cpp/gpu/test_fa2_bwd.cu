@@ -11,6 +11,7 @@
 
 #include "attention_case.h"
 #include "device_mirror.h"
+#include "fa2/bwd_tuning.h"
 #include "gpu_test_util.h"
 
 namespace flashattn::test {
@@ -47,12 +48,46 @@ TEST_P(Fa2Backward, MatchesReference) {
   check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
 }
 
+// Forces the main kernel's key tiles per warp for one scope (fa2/bwd_tuning.h), restoring after.
+class KeyTilesOverride {
+ public:
+  explicit KeyTilesOverride(int key_tiles) : saved_(fa2::bwd_tuning()) { fa2::bwd_tuning().key_tiles = key_tiles; }
+  ~KeyTilesOverride() { fa2::bwd_tuning() = saved_; }
+  KeyTilesOverride(const KeyTilesOverride&) = delete;
+  KeyTilesOverride& operator=(const KeyTilesOverride&) = delete;
+
+ private:
+  fa2::BwdTuning saved_;
+};
+
+// Two key tiles per warp (32 keys; plain scores without dropout take them, the rest keep one).
+TEST_P(Fa2Backward, TwoKeyTilesMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const KeyTilesOverride force(2);
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
+}
+
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Backward, ::testing::ValuesIn(gpu_sweep()), ParamTestName());
 
 class Fa2BackwardDeterministic : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(Fa2BackwardDeterministic, MatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const BwdRunner deterministic = [](const BwdParams& host) {
+    BwdParams p = host;
+    p.deterministic = true;
+    return gpu_test::bwd_on_device(p);
+  };
+  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, deterministic));
+}
+
+TEST_P(Fa2BackwardDeterministic, TwoKeyTilesMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const KeyTilesOverride force(2);
   const AttentionCase& c = GetParam();
   AttentionRun run(c);
   const BwdRunner deterministic = [](const BwdParams& host) {
@@ -106,26 +141,30 @@ void repeat_backward(const AttentionCase& c, bool deterministic, int runs, const
 
 TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  AttentionCase c;
-  c.batch = 2;
-  c.seqlen_q = 700;
-  c.seqlen_k = 900;
-  c.heads_q = 8;
-  c.heads_k = 2;
-  c.head_dim = 128;
-  c.causal = true;
-  std::vector<uint8_t> first[3];
-  repeat_backward(c, /*deterministic=*/true, 50,
-                  [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
-                    const std::vector<uint8_t> now[3] = {bytes_of(dq), bytes_of(dk), bytes_of(dv)};
-                    for (int i = 0; i < 3; ++i) {
-                      if (rep == 0) {
-                        first[i] = now[i];
-                        continue;
+  for (int key_tiles : {1, 2}) {
+    SCOPED_TRACE(key_tiles == 1 ? "one key tile per warp" : "two key tiles per warp");
+    const KeyTilesOverride force(key_tiles);
+    AttentionCase c;
+    c.batch = 2;
+    c.seqlen_q = 700;
+    c.seqlen_k = 900;
+    c.heads_q = 8;
+    c.heads_k = 2;
+    c.head_dim = 128;
+    c.causal = true;
+    std::vector<uint8_t> first[3];
+    repeat_backward(c, /*deterministic=*/true, 50,
+                    [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
+                      const std::vector<uint8_t> now[3] = {bytes_of(dq), bytes_of(dk), bytes_of(dv)};
+                      for (int i = 0; i < 3; ++i) {
+                        if (rep == 0) {
+                          first[i] = now[i];
+                          continue;
+                        }
+                        ASSERT_EQ(first[i], now[i]) << "gradient " << "qkv"[i] << ", run " << rep;
                       }
-                      ASSERT_EQ(first[i], now[i]) << "gradient " << "qkv"[i] << ", run " << rep;
-                    }
-                  });
+                    });
+  }
 }
 
 // Atomic adds reorder the float sums of dQ between runs, so dQ may move by a rounding step of its
@@ -133,30 +172,34 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 // contribution, a stale read) moves values far more.
 TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  AttentionCase c;
-  c.batch = 2;
-  c.seqlen_q = 2000;
-  c.seqlen_k = 2100;
-  c.heads_q = 8;
-  c.heads_k = 4;
-  c.head_dim = 128;
-  std::vector<float> first_dq;
-  std::vector<uint8_t> first_dk, first_dv;
-  repeat_backward(c, /*deterministic=*/false, 20,
-                  [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
-                    if (rep == 0) {
-                      first_dq = dq.to_float();
-                      first_dk = bytes_of(dk);
-                      first_dv = bytes_of(dv);
-                      for (float x : first_dq) ASSERT_TRUE(std::isfinite(x));
-                      return;
-                    }
-                    ASSERT_EQ(first_dk, bytes_of(dk)) << "dk, run " << rep;
-                    ASSERT_EQ(first_dv, bytes_of(dv)) << "dv, run " << rep;
-                    const std::vector<float> now = dq.to_float();
-                    const double bound = 2 * rounding_floor(c.dtype, max_abs(first_dq));
-                    ASSERT_LE(max_abs_diff(now, first_dq), bound) << "dq, run " << rep;
-                  });
+  for (int key_tiles : {1, 2}) {
+    SCOPED_TRACE(key_tiles == 1 ? "one key tile per warp" : "two key tiles per warp");
+    const KeyTilesOverride force(key_tiles);
+    AttentionCase c;
+    c.batch = 2;
+    c.seqlen_q = 2000;
+    c.seqlen_k = 2100;
+    c.heads_q = 8;
+    c.heads_k = 4;
+    c.head_dim = 128;
+    std::vector<float> first_dq;
+    std::vector<uint8_t> first_dk, first_dv;
+    repeat_backward(c, /*deterministic=*/false, 20,
+                    [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
+                      if (rep == 0) {
+                        first_dq = dq.to_float();
+                        first_dk = bytes_of(dk);
+                        first_dv = bytes_of(dv);
+                        for (float x : first_dq) ASSERT_TRUE(std::isfinite(x));
+                        return;
+                      }
+                      ASSERT_EQ(first_dk, bytes_of(dk)) << "dk, run " << rep;
+                      ASSERT_EQ(first_dv, bytes_of(dv)) << "dv, run " << rep;
+                      const std::vector<float> now = dq.to_float();
+                      const double bound = 2 * rounding_floor(c.dtype, max_abs(first_dq));
+                      ASSERT_LE(max_abs_diff(now, first_dq), bound) << "dq, run " << rep;
+                    });
+  }
 }
 
 TEST(Fa2BackwardErrors, Float32InputsAreUnsupported) {
