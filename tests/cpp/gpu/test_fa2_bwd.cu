@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "attention_case.h"
 #include "device_mirror.h"
@@ -48,13 +49,16 @@ TEST_P(Fa2Backward, MatchesReference) {
   check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
 }
 
-// Forces the main kernel's key tiles per warp for one scope (fa2/bwd_tuning.h), restoring after.
-class KeyTilesOverride {
+// Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
+class TuningOverride {
  public:
-  explicit KeyTilesOverride(int key_tiles) : saved_(fa2::bwd_tuning()) { fa2::bwd_tuning().key_tiles = key_tiles; }
-  ~KeyTilesOverride() { fa2::bwd_tuning() = saved_; }
-  KeyTilesOverride(const KeyTilesOverride&) = delete;
-  KeyTilesOverride& operator=(const KeyTilesOverride&) = delete;
+  explicit TuningOverride(int key_tiles, bool dq_direct = false) : saved_(fa2::bwd_tuning()) {
+    fa2::bwd_tuning().key_tiles = key_tiles;
+    fa2::bwd_tuning().dq_direct = dq_direct;
+  }
+  ~TuningOverride() { fa2::bwd_tuning() = saved_; }
+  TuningOverride(const TuningOverride&) = delete;
+  TuningOverride& operator=(const TuningOverride&) = delete;
 
  private:
   fa2::BwdTuning saved_;
@@ -63,7 +67,16 @@ class KeyTilesOverride {
 // Two key tiles per warp (32 keys; plain scores without dropout take them, the rest keep one).
 TEST_P(Fa2Backward, TwoKeyTilesMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const KeyTilesOverride force(2);
+  const TuningOverride force(2);
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
+}
+
+// dQ adds straight from the accumulators (sm90; elsewhere the staged adds run), with two key tiles.
+TEST_P(Fa2Backward, DirectDqAddsMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TuningOverride force(2, /*dq_direct=*/true);
   const AttentionCase& c = GetParam();
   AttentionRun run(c);
   check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
@@ -87,7 +100,7 @@ TEST_P(Fa2BackwardDeterministic, MatchesReference) {
 
 TEST_P(Fa2BackwardDeterministic, TwoKeyTilesMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const KeyTilesOverride force(2);
+  const TuningOverride force(2);
   const AttentionCase& c = GetParam();
   AttentionRun run(c);
   const BwdRunner deterministic = [](const BwdParams& host) {
@@ -143,7 +156,7 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (int key_tiles : {1, 2}) {
     SCOPED_TRACE(key_tiles == 1 ? "one key tile per warp" : "two key tiles per warp");
-    const KeyTilesOverride force(key_tiles);
+    const TuningOverride force(key_tiles, /*dq_direct=*/true);  // the deterministic mode ignores it
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 700;
@@ -172,9 +185,9 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 // contribution, a stale read) moves values far more.
 TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int key_tiles : {1, 2}) {
-    SCOPED_TRACE(key_tiles == 1 ? "one key tile per warp" : "two key tiles per warp");
-    const KeyTilesOverride force(key_tiles);
+  for (auto [key_tiles, dq_direct] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
+    SCOPED_TRACE(testing::Message() << "key tiles per warp " << key_tiles << (dq_direct ? ", direct dQ adds" : ""));
+    const TuningOverride force(key_tiles, dq_direct);
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 2000;
