@@ -48,3 +48,23 @@ for r in doc["rows"]:
 json.dump(doc, open(sys.argv[1], "w"))
 PY
 }
+
+# fa_run_variants BACKEND DIRECTION LOGDIR "WANTED NAMES" NAME:SETTING...: runs flashattn_bench over
+# the peers grid once per wanted variant (SETTING: empty or NAME=VALUE environment words), then
+# torch SDPA's peers in the same run, and joins them into LOGDIR/table.md (printed too).
+fa_run_variants() {
+  local backend="$1" direction="$2" logdir="$3" wanted=" $4 " bench v name setting
+  shift 4
+  bench="$(fa_benchmark_binary)"
+  local jsons=()
+  for v in "$@"; do
+    name="${v%%:*}" setting="${v#*:}"
+    [[ "$wanted" == *" $name "* ]] || continue
+    # shellcheck disable=SC2086  # setting is empty or NAME=VALUE words
+    env $setting "$bench" --backend "$backend" --grid peers --direction "$direction" --json "$logdir/$name.json" >"$logdir/$name.txt"
+    fa_rename_backend "$logdir/$name.json" "$backend-$name"
+    jsons+=("$logdir/$name.json")
+  done
+  python3 "$FA_ROOT/bench/peers/sdpa_peers.py" --direction "$direction" --json "$logdir/peers.json" >"$logdir/peers.txt"
+  python3 "$FA_ROOT/bench/peers/join.py" "$logdir/peers.json" "${jsons[@]}" | tee "$logdir/table.md"
+}

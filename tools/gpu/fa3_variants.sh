@@ -10,23 +10,11 @@
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
-root="$FA_ROOT"
 logdir="${1:?usage: tools/gpu/fa3_variants.sh LOGDIR}"
 mkdir -p "$logdir"
-bench="$(fa_benchmark_binary)"
 variants=("default:" "pp0:FLASHATTN_FA3_PINGPONG=0" "pp1:FLASHATTN_FA3_PINGPONG=1" "n128:FLASHATTN_FA3_D128_BLOCKN=128" "n144:FLASHATTN_FA3_D128_BLOCKN=144"
   "n176:FLASHATTN_FA3_D128_BLOCKN=176" "c2:FLASHATTN_FA3_D64_CONSUMERS=2" "dyn1:FLASHATTN_FA3_DYNAMIC=1" "dyn0:FLASHATTN_FA3_DYNAMIC=0"
   "s0:FLASHATTN_FA3_SECTION_MB=0" "s8:FLASHATTN_FA3_SECTION_MB=8" "s16:FLASHATTN_FA3_SECTION_MB=16"
   "s32:FLASHATTN_FA3_SECTION_MB=32" "s64:FLASHATTN_FA3_SECTION_MB=64")
-wanted=" ${FA3_VARIANTS:-default pp0 n128 n144 c2 dyn1 dyn0 s0 s16 s32} "
-jsons=()
-for v in "${variants[@]}"; do
-  name="${v%%:*}" setting="${v#*:}"
-  [[ "$wanted" == *" $name "* ]] || continue
-  # shellcheck disable=SC2086  # setting is empty or NAME=VALUE words
-  env $setting "$bench" --backend fa3 --grid peers --direction fwd --json "$logdir/$name.json" >"$logdir/$name.txt"
-  fa_rename_backend "$logdir/$name.json" "fa3-$name"
-  jsons+=("$logdir/$name.json")
-done
-python3 "$root/bench/peers/sdpa_peers.py" --direction fwd --json "$logdir/peers.json" >"$logdir/peers.txt"
-python3 "$root/bench/peers/join.py" "$logdir/peers.json" "${jsons[@]}" | tee "$logdir/table.md"
+wanted="${FA3_VARIANTS:-default pp0 n128 n144 c2 dyn1 dyn0 s0 s16 s32}"
+fa_run_variants fa3 fwd "$logdir" "$wanted" "${variants[@]}"

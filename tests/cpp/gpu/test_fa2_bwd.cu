@@ -40,13 +40,15 @@ void check_gradients(const AttentionCase& c, const BwdResult& r) {
   expect_within(r.dv, 2.0, rounding_floor(c.dtype, r.dv.reference_max), "dv");
 }
 
-class Fa2Backward : public ::testing::TestWithParam<AttentionCase> {};
-
-TEST_P(Fa2Backward, MatchesReference) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const AttentionCase& c = GetParam();
+// The FA2 backward of one case against the reference, in atomic or deterministic dQ mode.
+void expect_backward_matches(const AttentionCase& c, bool deterministic) {
   AttentionRun run(c);
-  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
+  const BwdRunner runner = [deterministic](const BwdParams& host) {
+    BwdParams p = host;
+    p.deterministic = deterministic;
+    return gpu_test::bwd_on_device(p);
+  };
+  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, runner));
 }
 
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
@@ -64,22 +66,25 @@ class TuningOverride {
   fa2::BwdTuning saved_;
 };
 
+class Fa2Backward : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa2Backward, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  expect_backward_matches(GetParam(), false);
+}
+
 // Two key tiles per warp (32 keys; plain scores without dropout take them, the rest keep one).
 TEST_P(Fa2Backward, TwoKeyTilesMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TuningOverride force(2);
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
+  expect_backward_matches(GetParam(), false);
 }
 
 // dQ adds straight from the accumulators (sm90; elsewhere the staged adds run), with two key tiles.
 TEST_P(Fa2Backward, DirectDqAddsMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TuningOverride force(2, /*dq_direct=*/true);
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, gpu_test::bwd_on_device));
+  expect_backward_matches(GetParam(), false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2Backward, ::testing::ValuesIn(gpu_sweep()), ParamTestName());
@@ -88,27 +93,13 @@ class Fa2BackwardDeterministic : public ::testing::TestWithParam<AttentionCase> 
 
 TEST_P(Fa2BackwardDeterministic, MatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  const BwdRunner deterministic = [](const BwdParams& host) {
-    BwdParams p = host;
-    p.deterministic = true;
-    return gpu_test::bwd_on_device(p);
-  };
-  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, deterministic));
+  expect_backward_matches(GetParam(), true);
 }
 
 TEST_P(Fa2BackwardDeterministic, TwoKeyTilesMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TuningOverride force(2);
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  const BwdRunner deterministic = [](const BwdParams& host) {
-    BwdParams p = host;
-    p.deterministic = true;
-    return gpu_test::bwd_on_device(p);
-  };
-  check_gradients(c, run.check_bwd(Backend::Fa2, gpu_test::fwd_on_device, deterministic));
+  expect_backward_matches(GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2BackwardDeterministic, ::testing::ValuesIn(deterministic_sweep()), ParamTestName());
