@@ -54,9 +54,6 @@ struct BwdArgs {
   // (which leaves the scale out of dS and applies it to dK and dQ at the end), else 1.
   float dq_scale = 1.f;
   bool deterministic = false;
-  // sm90, atomic mode: dQ adds as float2 reductions straight from the MMA accumulators, without the
-  // staging tile (BwdTuning::dq_direct; other GPUs and the deterministic mode ignore it).
-  bool dq_direct = false;
 };
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, bool kDropout_,
@@ -567,22 +564,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
           if (col_base + t * 8 >= p.head_dim) break;  // (a pair's second tile may be padding: + 0)
           const int tile_row0 = row0 + dq_row_local + m * 16;  // sequence row of the m16 tile's row 0
           float* const dst_tile = args.dq_accum + (ws_rows + tile_row0) * args.dq_cols + col_base + t * 8;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          if (args.dq_direct && !args.deterministic) {
-            // Thread (group, quad) holds rows group and group + 8, columns 8j + 2quad + {0, 1}: one
-            // 8-byte reduction each (a warp instruction covers 8 rows x 32 bytes), no shared memory.
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
-                const int r = group + 8 * half;
-                if (tile_row0 + r < sq)
-                  atomicAdd(reinterpret_cast<float2*>(dst_tile + r * args.dq_cols + 8 * j + 2 * quad),
-                            make_float2(dq[m][t + j][2 * half], dq[m][t + j][2 * half + 1]));
-              }
-            continue;
-          }
-#endif
           __syncwarp();  // the previous pair's reads of the staging tile are done
 #pragma unroll
           for (int j = 0; j < 2; ++j)

@@ -15,8 +15,6 @@ BwdTuning& bwd_tuning() {
     BwdTuning t;
     const char* v = std::getenv("FLASHATTN_FA2_BWD_KEY_TILES");
     if (v != nullptr && (std::string(v) == "1" || std::string(v) == "2")) t.key_tiles = std::atoi(v);
-    const char* direct = std::getenv("FLASHATTN_FA2_BWD_DQ_DIRECT");
-    if (direct != nullptr && (std::string(direct) == "0" || std::string(direct) == "1")) t.dq_direct = direct[0] == '1';
     return t;
   }();
   return tuning;
@@ -93,7 +91,6 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   BwdArgs args;
   args.problem = problem;
   args.deterministic = problem.deterministic;
-  args.dq_direct = bwd_tuning().dq_direct;
   args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;

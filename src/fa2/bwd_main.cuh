@@ -46,7 +46,7 @@ Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   // Two key tiles per warp: the plain score path only (the general one spills at d128).
   if constexpr (!kDropout && !kGeneral) {
     using TwoKeyTiles = BwdConfigFor<Element, kHeadDim, false, 2, false, 2>;
-    if (bwd_tuning().key_tiles == 2 && TwoKeyTiles::kSmemBytes <= smem_optin)
+    if (bwd_tuning().key_tiles != 1 && TwoKeyTiles::kSmemBytes <= smem_optin)
       return launch_bwd_main_config<TwoKeyTiles>(args, stream);
   }
   using TwoStages = BwdConfigFor<Element, kHeadDim, kDropout, 2, kGeneral>;

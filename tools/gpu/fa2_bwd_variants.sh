@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA2 backward over the peers grid in its
 # measurement variants (src/fa2/bwd_tuning.h) beside torch SDPA's flash and cuDNN backwards from
-# the same run. Variants: kt1 / kt2 = one / two key tiles per warp; kt1d / kt2d = the same with dQ
-# added straight from the accumulators (sm90). FA2_BWD_VARIANTS="kt1 kt2" runs a subset.
+# the same run. Variants: kt1 / kt2 = one / two key tiles per warp (two is the default).
+# FA2_BWD_VARIANTS="kt2" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/fa2_bwd_variants.sh LOGDIR}"
 mkdir -p "$logdir"
-variants=("kt1:FLASHATTN_FA2_BWD_KEY_TILES=1" "kt2:FLASHATTN_FA2_BWD_KEY_TILES=2"
-  "kt1d:FLASHATTN_FA2_BWD_KEY_TILES=1 FLASHATTN_FA2_BWD_DQ_DIRECT=1"
-  "kt2d:FLASHATTN_FA2_BWD_KEY_TILES=2 FLASHATTN_FA2_BWD_DQ_DIRECT=1")
-wanted="${FA2_BWD_VARIANTS:-kt1 kt2 kt1d kt2d}"
+variants=("kt1:FLASHATTN_FA2_BWD_KEY_TILES=1" "kt2:FLASHATTN_FA2_BWD_KEY_TILES=2")
+wanted="${FA2_BWD_VARIANTS:-kt1 kt2}"
 fa_run_variants fa2 bwd "$logdir" "$wanted" "${variants[@]}"

@@ -54,10 +54,7 @@ void expect_backward_matches(const AttentionCase& c, bool deterministic) {
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
 class TuningOverride {
  public:
-  explicit TuningOverride(int key_tiles, bool dq_direct = false) : saved_(fa2::bwd_tuning()) {
-    fa2::bwd_tuning().key_tiles = key_tiles;
-    fa2::bwd_tuning().dq_direct = dq_direct;
-  }
+  explicit TuningOverride(int key_tiles) : saved_(fa2::bwd_tuning()) { fa2::bwd_tuning().key_tiles = key_tiles; }
   ~TuningOverride() { fa2::bwd_tuning() = saved_; }
   TuningOverride(const TuningOverride&) = delete;
   TuningOverride& operator=(const TuningOverride&) = delete;
@@ -73,17 +70,11 @@ TEST_P(Fa2Backward, MatchesReference) {
   expect_backward_matches(GetParam(), false);
 }
 
-// Two key tiles per warp (32 keys; plain scores without dropout take them, the rest keep one).
-TEST_P(Fa2Backward, TwoKeyTilesMatchReference) {
+// One key tile per warp (16 keys), forced: the default takes two wherever the path and the
+// shared memory allow (plain scores without dropout).
+TEST_P(Fa2Backward, OneKeyTileMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(2);
-  expect_backward_matches(GetParam(), false);
-}
-
-// dQ adds straight from the accumulators (sm90; elsewhere the staged adds run), with two key tiles.
-TEST_P(Fa2Backward, DirectDqAddsMatchReference) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(2, /*dq_direct=*/true);
+  const TuningOverride force(1);
   expect_backward_matches(GetParam(), false);
 }
 
@@ -96,9 +87,9 @@ TEST_P(Fa2BackwardDeterministic, MatchesReference) {
   expect_backward_matches(GetParam(), true);
 }
 
-TEST_P(Fa2BackwardDeterministic, TwoKeyTilesMatchReference) {
+TEST_P(Fa2BackwardDeterministic, OneKeyTileMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(2);
+  const TuningOverride force(1);
   expect_backward_matches(GetParam(), true);
 }
 
@@ -147,7 +138,7 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (int key_tiles : {1, 2}) {
     SCOPED_TRACE(key_tiles == 1 ? "one key tile per warp" : "two key tiles per warp");
-    const TuningOverride force(key_tiles, /*dq_direct=*/true);  // the deterministic mode ignores it
+    const TuningOverride force(key_tiles);
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 700;
@@ -176,9 +167,9 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 // contribution, a stale read) moves values far more.
 TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (auto [key_tiles, dq_direct] : {std::pair{1, false}, std::pair{2, false}, std::pair{2, true}}) {
-    SCOPED_TRACE(testing::Message() << "key tiles per warp " << key_tiles << (dq_direct ? ", direct dQ adds" : ""));
-    const TuningOverride force(key_tiles, dq_direct);
+  for (int key_tiles : {1, 2}) {
+    SCOPED_TRACE(testing::Message() << "key tiles per warp " << key_tiles);
+    const TuningOverride force(key_tiles);
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 2000;
