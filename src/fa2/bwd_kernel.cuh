@@ -88,7 +88,7 @@ struct BwdConfig {
   static constexpr bool kPInSmem = kWarpsSplit > 1;
   // With 64+ dK/dV columns per warp held in registers, S^T/dP^T are computed for half the rows
   // at a time (K/V fragments are read twice) so that the kernel stays within 255 registers.
-  static constexpr int kRowPasses = (!kPInSmem && kColTilesKV >= 16) ? 2 : 1;
+  static constexpr int kRowPasses = ((!kPInSmem && kColTilesKV >= 16) || kRowsPerWarp * kKeyTiles >= 128) ? 2 : 1;
   static constexpr int kRowsPerPass = kRowsPerWarp / kRowPasses;
   static constexpr int kRowTiles = kRowsPerPass / 8;  // n8 tiles of S^T per warp and pass
 
@@ -98,7 +98,7 @@ struct BwdConfig {
   // k-step 2 + 2 ldmatrix.x4 feed 8 MMAs where one m16 tile took 1 + 2 for 4 (and re-read the dS
   // fragments in every chunk); at d64 the column slices would shrink to 16 and save nothing. The
   // dropout and one-stage kernels keep one (no registers left for 16 more accumulators: spills).
-  static constexpr int kDqMTiles = (kHeadDim >= 128 && !kDropout && kStages == 2) ? 2 : 1;
+  static constexpr int kDqMTiles = ((kHeadDim >= 128 || kBlockM >= 128) && !kDropout && kStages == 2) ? 2 : 1;
   static constexpr int kWarpsDqRows = kBlockM / (16 * kDqMTiles);
   static constexpr int kWarpsDqCols = kWarps / kWarpsDqRows;
   static constexpr int kColTilesDq = kHeadDim / kWarpsDqCols / 8;

@@ -15,6 +15,8 @@ BwdTuning& bwd_tuning() {
     BwdTuning t;
     const char* v = std::getenv("FLASHATTN_FA2_BWD_KEY_TILES");
     if (v != nullptr && (std::string(v) == "1" || std::string(v) == "2")) t.key_tiles = std::atoi(v);
+    const char* m = std::getenv("FLASHATTN_FA2_BWD_BLOCK_M");
+    if (m != nullptr && (std::string(m) == "64" || std::string(m) == "128")) t.block_m = std::atoi(m);
     return t;
   }();
   return tuning;

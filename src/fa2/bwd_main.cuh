@@ -17,10 +17,12 @@ namespace flashattn::fa2 {
 // (kBlockM, kBlockN, warps) per padded head dim. d <= 128: 64 x 128 tiles, 8 warps of 16 keys
 // that each hold all 64 rows of their S^T (P and dS feed dK/dV from registers); d256: 64 x 64,
 // pairs of warps share 16 keys (half the rows of S^T, half the columns of dK/dV each). With two
-// key tiles per warp (BwdTuning): 32 keys per warp, 2 (d <= 128) or 4 (d256) warps sharing them.
-template <typename Element, int kHeadDim, bool kDropout, int kStages, bool kGeneral, int kKeyTiles = 1>
+// key tiles per warp (BwdTuning): 32 keys per warp, 2 (d <= 128) or 4 (d256) warps sharing them,
+// and d64 takes 128 query rows per step (FA2's d64 tile: half the steps, each twice the MMAs).
+template <typename Element, int kHeadDim, bool kDropout, int kStages, bool kGeneral, int kKeyTiles = 1,
+          int kBlockM = 64>
 using BwdConfigFor =
-    BwdConfig<Element, kHeadDim, 64, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout, kGeneral, kKeyTiles>;
+    BwdConfig<Element, kHeadDim, kBlockM, (kHeadDim <= 128 ? 128 : 64), 8, kStages, kDropout, kGeneral, kKeyTiles>;
 
 template <typename Config>
 Status launch_bwd_main_config(const BwdArgs& args, cudaStream_t stream) {
@@ -43,11 +45,18 @@ Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   FLASHATTN_CUDA_CHECK("fa2 bwd: reading the device", err);
-  // Two key tiles per warp: the plain score path only (the general one spills at d128).
+  // Two key tiles per warp: the plain score path only (the general one spills at d128). d64
+  // takes 128 rows per step where the shared memory allows (190 KB), else 64.
   if constexpr (!kDropout && !kGeneral) {
     using TwoKeyTiles = BwdConfigFor<Element, kHeadDim, false, 2, false, 2>;
-    if (bwd_tuning().key_tiles != 1 && TwoKeyTiles::kSmemBytes <= smem_optin)
-      return launch_bwd_main_config<TwoKeyTiles>(args, stream);
+    if (bwd_tuning().key_tiles != 1) {
+      if constexpr (kHeadDim == 64) {
+        using TallTiles = BwdConfigFor<Element, kHeadDim, false, 2, false, 2, 128>;
+        if (bwd_tuning().block_m != 64 && TallTiles::kSmemBytes <= smem_optin)
+          return launch_bwd_main_config<TallTiles>(args, stream);
+      }
+      if (TwoKeyTiles::kSmemBytes <= smem_optin) return launch_bwd_main_config<TwoKeyTiles>(args, stream);
+    }
   }
   using TwoStages = BwdConfigFor<Element, kHeadDim, kDropout, 2, kGeneral>;
   if (TwoStages::kSmemBytes <= smem_optin) return launch_bwd_main_config<TwoStages>(args, stream);

@@ -9,8 +9,11 @@ namespace flashattn::fa2 {
 // 2026-11-29: +3-14 % over one at every head dim, docs/PERF.md), 1 = forced one. Softcap, ALiBi
 // and dropout always use one (the general score path spills with two).
 // FLASHATTN_FA2_BWD_KEY_TILES=1|2 sets it, read once per process.
+// block_m: query rows per step of the d64 two-key-tile kernel: 0 = by the rule (128 where the
+// shared memory allows), 64 = forced. FLASHATTN_FA2_BWD_BLOCK_M=64|128 sets it.
 struct BwdTuning {
   int key_tiles = 0;
+  int block_m = 0;
 };
 
 // The process-wide tuning (bwd_launch.cu). Mutable for tests; not synchronised.

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine, after a build in build-gpu/: the FA2 backward over the peers grid in its
 # measurement variants (src/fa2/bwd_tuning.h) beside torch SDPA's flash and cuDNN backwards from
-# the same run. Variants: kt1 / kt2 = one / two key tiles per warp (two is the default).
-# FA2_BWD_VARIANTS="kt2" runs a subset.
+# the same run. Variants: kt1 / kt2 = one / two key tiles per warp (two is the default; d64 then
+# takes 128 rows per step); kt2s = two key tiles with d64 on 64 rows per step.
+# FA2_BWD_VARIANTS="kt2 kt2s" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/fa2_bwd_variants.sh LOGDIR}"
 mkdir -p "$logdir"
-variants=("kt1:FLASHATTN_FA2_BWD_KEY_TILES=1" "kt2:FLASHATTN_FA2_BWD_KEY_TILES=2")
-wanted="${FA2_BWD_VARIANTS:-kt1 kt2}"
+variants=("kt1:FLASHATTN_FA2_BWD_KEY_TILES=1" "kt2:FLASHATTN_FA2_BWD_KEY_TILES=2"
+  "kt2s:FLASHATTN_FA2_BWD_KEY_TILES=2 FLASHATTN_FA2_BWD_BLOCK_M=64")
+wanted="${FA2_BWD_VARIANTS:-kt1 kt2 kt2s}"
 fa_run_variants fa2 bwd "$logdir" "$wanted" "${variants[@]}"

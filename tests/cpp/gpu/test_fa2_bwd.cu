@@ -54,7 +54,10 @@ void expect_backward_matches(const AttentionCase& c, bool deterministic) {
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
 class TuningOverride {
  public:
-  explicit TuningOverride(int key_tiles) : saved_(fa2::bwd_tuning()) { fa2::bwd_tuning().key_tiles = key_tiles; }
+  explicit TuningOverride(int key_tiles, int block_m = 0) : saved_(fa2::bwd_tuning()) {
+    fa2::bwd_tuning().key_tiles = key_tiles;
+    fa2::bwd_tuning().block_m = block_m;
+  }
   ~TuningOverride() { fa2::bwd_tuning() = saved_; }
   TuningOverride(const TuningOverride&) = delete;
   TuningOverride& operator=(const TuningOverride&) = delete;
@@ -75,6 +78,15 @@ TEST_P(Fa2Backward, MatchesReference) {
 TEST_P(Fa2Backward, OneKeyTileMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TuningOverride force(1);
+  expect_backward_matches(GetParam(), false);
+}
+
+// d64 with two key tiles on 64 rows per step, forced (the default takes 128 where the shared
+// memory allows; GPUs with less run this one).
+TEST_P(Fa2Backward, ShortD64TilesMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  if (GetParam().head_dim > 64 || GetParam().dv() > 64) GTEST_SKIP() << "d64 kernels only";
+  const TuningOverride force(2, 64);
   expect_backward_matches(GetParam(), false);
 }
 
@@ -136,8 +148,9 @@ void repeat_backward(const AttentionCase& c, bool deterministic, int runs, const
 
 TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int key_tiles : {1, 2}) {
-    SCOPED_TRACE(key_tiles == 1 ? "one key tile per warp" : "two key tiles per warp");
+  // d128 with one and two key tiles; d64 with two (128 rows per step where the GPU allows).
+  for (auto [head_dim, key_tiles] : {std::pair{128, 1}, std::pair{128, 2}, std::pair{64, 2}}) {
+    SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles);
     const TuningOverride force(key_tiles);
     AttentionCase c;
     c.batch = 2;
@@ -145,7 +158,7 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
     c.seqlen_k = 900;
     c.heads_q = 8;
     c.heads_k = 2;
-    c.head_dim = 128;
+    c.head_dim = head_dim;
     c.causal = true;
     std::vector<uint8_t> first[3];
     repeat_backward(c, /*deterministic=*/true, 50,
@@ -167,8 +180,8 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 // contribution, a stale read) moves values far more.
 TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int key_tiles : {1, 2}) {
-    SCOPED_TRACE(testing::Message() << "key tiles per warp " << key_tiles);
+  for (auto [head_dim, key_tiles] : {std::pair{128, 1}, std::pair{128, 2}, std::pair{64, 2}}) {
+    SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles);
     const TuningOverride force(key_tiles);
     AttentionCase c;
     c.batch = 2;
@@ -176,7 +189,7 @@ TEST(Fa2BackwardRace, RepeatedRunsAgree) {
     c.seqlen_k = 2100;
     c.heads_q = 8;
     c.heads_k = 4;
-    c.head_dim = 128;
+    c.head_dim = head_dim;
     std::vector<float> first_dq;
     std::vector<uint8_t> first_dk, first_dv;
     repeat_backward(c, /*deterministic=*/false, 20,
