@@ -54,6 +54,9 @@ struct BwdArgs {
   // (which leaves the scale out of dS and applies it to dK and dQ at the end), else 1.
   float dq_scale = 1.f;
   bool deterministic = false;
+  // Atomic mode: CTAs start at different row blocks (BwdTuning::rotate_rows); the deterministic
+  // mode keeps ascending order (its counters order the adds by key block).
+  bool rotate_rows = false;
 };
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, bool kDropout_,
@@ -192,15 +195,17 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   }
   const int steps = m_count * heads_per_group;
   // Step (head_rel, row block): the query head hq0 + head_rel of the group and the row block's
-  // first row. Heads outer, row blocks inner; advanced by counters (no division per step).
+  // first row. Heads outer, row blocks inner; advanced by counters (no division per step). With
+  // BwdArgs::rotate_rows each CTA starts at its own row block and wraps around, so that the CTAs
+  // of one head do not all add to the same dQ rows at the same time.
   const int hq0 = int(hk) * heads_per_group;
   const int m_end = (m_begin + m_count) * kBlockM;
+  const int first_row0 =
+      (m_begin + (args.rotate_rows && !args.deterministic && m_count > 0 ? int(blockIdx.x) % m_count : 0)) * kBlockM;
   const auto next_step = [&](BwdStep& st) {
     st.row0 += kBlockM;
-    if (st.row0 == m_end) {
-      st.row0 = m_begin * kBlockM;
-      ++st.head;
-    }
+    if (st.row0 == m_end) st.row0 = m_begin * kBlockM;
+    if (st.row0 == first_row0) ++st.head;
   };
   // Q and dO (never paged: block tables come only with the KV cache), LSE and D: source addresses
   // derived once per CTA; a step adds its head and row offsets. One thread per 16-byte chunk of
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
                         (kCtaAddresses ? row_src : row_src_at()) + int64_t(st.head) * args.rows_padded + st.row0, true);
   };
 
-  BwdStep cur{0, m_begin * kBlockM};  // head relative to hq0
+  BwdStep cur{0, first_row0};  // head relative to hq0
   if (steps > 0) {
     load_tile_async<Config, kBlockN>(p.k, b, hk, key0, keys_used, int(p.head_dim), smem_k);
     load_tile_async<Config, kBlockN>(p.v, b, hk, key0, keys_used, int(p.head_dim_v), smem_v);

@@ -17,6 +17,8 @@ BwdTuning& bwd_tuning() {
     if (v != nullptr && (std::string(v) == "1" || std::string(v) == "2")) t.key_tiles = std::atoi(v);
     const char* m = std::getenv("FLASHATTN_FA2_BWD_BLOCK_M");
     if (m != nullptr && (std::string(m) == "64" || std::string(m) == "128")) t.block_m = std::atoi(m);
+    const char* r = std::getenv("FLASHATTN_FA2_BWD_ROTATE");
+    if (r != nullptr && (std::string(r) == "0" || std::string(r) == "1")) t.rotate_rows = r[0] == '1';
     return t;
   }();
   return tuning;
@@ -93,6 +95,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   BwdArgs args;
   args.problem = problem;
   args.deterministic = problem.deterministic;
+  args.rotate_rows = bwd_tuning().rotate_rows;
   args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;

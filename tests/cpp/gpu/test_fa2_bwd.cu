@@ -54,9 +54,10 @@ void expect_backward_matches(const AttentionCase& c, bool deterministic) {
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
 class TuningOverride {
  public:
-  explicit TuningOverride(int key_tiles, int block_m = 0) : saved_(fa2::bwd_tuning()) {
+  explicit TuningOverride(int key_tiles, int block_m = 0, bool rotate_rows = false) : saved_(fa2::bwd_tuning()) {
     fa2::bwd_tuning().key_tiles = key_tiles;
     fa2::bwd_tuning().block_m = block_m;
+    fa2::bwd_tuning().rotate_rows = rotate_rows;
   }
   ~TuningOverride() { fa2::bwd_tuning() = saved_; }
   TuningOverride(const TuningOverride&) = delete;
@@ -87,6 +88,13 @@ TEST_P(Fa2Backward, ShortD64TilesMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   if (GetParam().head_dim > 64 || GetParam().dv() > 64) GTEST_SKIP() << "d64 kernels only";
   const TuningOverride force(2, 64);
+  expect_backward_matches(GetParam(), false);
+}
+
+// Each CTA starting at its own row block and wrapping around (atomic mode).
+TEST_P(Fa2Backward, RotatedRowsMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TuningOverride force(0, 0, /*rotate_rows=*/true);
   expect_backward_matches(GetParam(), false);
 }
 
@@ -180,9 +188,15 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 // contribution, a stale read) moves values far more.
 TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (auto [head_dim, key_tiles] : {std::pair{128, 1}, std::pair{128, 2}, std::pair{64, 2}}) {
-    SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles);
-    const TuningOverride force(key_tiles);
+  struct Variant {
+    int head_dim, key_tiles;
+    bool rotate_rows;
+  };
+  for (auto [head_dim, key_tiles, rotate_rows] :
+       {Variant{128, 1, false}, Variant{128, 2, false}, Variant{64, 2, false}, Variant{128, 2, true}}) {
+    SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles
+                                    << (rotate_rows ? ", rotated rows" : ""));
+    const TuningOverride force(key_tiles, 0, rotate_rows);
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 2000;
