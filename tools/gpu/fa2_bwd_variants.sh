@@ -2,8 +2,8 @@
 # On the GPU machine, after a build in build-gpu/: the FA2 backward over the peers grid in its
 # measurement variants (src/fa2/bwd_tuning.h) beside torch SDPA's flash and cuDNN backwards from
 # the same run. Variants: kt1 / kt2 = one / two key tiles per warp (two is the default; d64 then
-# takes 128 rows per step); kt2s = two key tiles with d64 on 64 rows per step; rot = the default
-# with each CTA starting at its own row block (FLASHATTN_FA2_BWD_ROTATE=1).
+# takes 128 rows per step, and each CTA starts at its own row block); kt2s = two key tiles with d64
+# on 64 rows per step; inorder = the default with every CTA's rows in ascending order.
 # FA2_BWD_VARIANTS="kt2 kt2s" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
@@ -11,6 +11,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/fa2_bwd_variants.sh LOGDIR}"
 mkdir -p "$logdir"
 variants=("kt1:FLASHATTN_FA2_BWD_KEY_TILES=1" "kt2:FLASHATTN_FA2_BWD_KEY_TILES=2"
-  "kt2s:FLASHATTN_FA2_BWD_KEY_TILES=2 FLASHATTN_FA2_BWD_BLOCK_M=64" "rot:FLASHATTN_FA2_BWD_ROTATE=1")
-wanted="${FA2_BWD_VARIANTS:-kt1 kt2 kt2s rot}"
+  "kt2s:FLASHATTN_FA2_BWD_KEY_TILES=2 FLASHATTN_FA2_BWD_BLOCK_M=64" "inorder:FLASHATTN_FA2_BWD_ROTATE=0")
+wanted="${FA2_BWD_VARIANTS:-kt1 kt2 kt2s inorder}"
 fa_run_variants fa2 bwd "$logdir" "$wanted" "${variants[@]}"
