@@ -13,6 +13,11 @@ namespace flashattn::fa3 {
 Status fwd_hdim64(const AttnProblem& p, cudaStream_t stream) {
   int consumers = fwd_tuning().d64_consumers;
   if (consumers == 0) consumers = pads_at_most(p.lens.seqlen_q, p.lens.seqlen_k, 192, 128, 128, 128, 0.07) ? 3 : 2;
+  // 192 x 192 with P through shared memory (FA3's unmasked d64 tile): forced by the knob until
+  // measured; unmasked calls on three consumer warpgroups only.
+  if (consumers == 3 && fwd_tuning().d64_block_n == 192 && !p.mask.limits_keys())
+    return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 192, 128, 3, true>(p, stream)
+                                 : launch_head_dim<__nv_bfloat16, 64, 64, 192, 128, 3, true>(p, stream);
   if (consumers == 2)
     return p.dtype == DType::F16 ? launch_head_dim<__half, 64, 64, 128>(p, stream)
                                  : launch_head_dim<__nv_bfloat16, 64, 64, 128>(p, stream);

@@ -7,7 +7,8 @@
 // rows each (kBlockM = 64 kConsumers). Shared memory holds every tile as 64-element (128-byte)
 // column blocks in the 128-byte swizzle the TMA writes: Q [d/64][kBlockM rows][64], K and V [stage][d/64][kBlockN][64].
 // A consumer computes S = Q K^T (wgmma, both operands in shared memory, K-major), the masked online
-// softmax in registers, then O += P V with P as the register A operand and V MN-major.
+// softmax in registers, then O += P V with P as the register A operand (or, FwdConfig::kPInSmem,
+// from shared memory) and V MN-major.
 #pragma once
 
 #include <cuda.h>
@@ -32,8 +33,13 @@
 namespace flashattn::fa3 {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_,
-          int kConsumers_ = 2>
+          int kConsumers_ = 2, bool kPInSmem_ = false>
 struct FwdConfig {
+  // P V takes P from shared memory (each consumer warpgroup's own 64 x kBlockN tile, K-major in
+  // the 128-byte swizzle) instead of registers: the P fragments no longer hold registers through
+  // the next tile's S, which lets three consumer warpgroups (160 registers) run 192 x 192 at d64
+  // (FA3's unmasked d64 tile).
+  static constexpr bool kPInSmem = kPInSmem_;
   // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
   // Consumer warpgroups of 64 rows each: 2, or 3 for d64 (FA3's 192-row tile: at d64 the GEMMs
@@ -60,9 +66,12 @@ struct FwdConfig {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;   // one stage
   static constexpr int kVBytes = kBlockN * kHeadDimV * 2;  // one stage
-  // Q, then the K and V rings, then the barriers; every tile 1024-byte aligned for the swizzle.
-  static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024 /*barriers*/ + 1024 /*alignment*/;
+  static constexpr int kPBytes = kPInSmem ? 64 * kBlockN * 2 : 0;  // per consumer warpgroup
+  // Q, then the K and V rings, the P tiles, then the barriers; every tile 1024-byte aligned for the swizzle.
+  static constexpr int kSmemBytes =
+      kQBytes + kStages * (kKBytes + kVBytes) + kConsumers * kPBytes + 1024 /*barriers*/ + 1024 /*alignment*/;
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kBlockN % 16 == 0, "tile shape");
+  static_assert(!kPInSmem || kBlockN % 64 == 0, "P in shared memory: 64-key column blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };
 
@@ -91,7 +100,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // K and V have separate pipelines: a K stage is released as soon as S = Q K^T is done, so the next
   // K load overlaps the softmax; V is released after P V. Sharing one barrier per (K, V) stage
   // would hold K until P V finishes and leave the next load exposed.
-  auto* pipeline_k = reinterpret_cast<sm90::Pipeline<kStages>*>(smem + Config::kQBytes + kStages * (Config::kKBytes + Config::kVBytes));
+  unsigned char* smem_p = smem + Config::kQBytes + kStages * (Config::kKBytes + Config::kVBytes);  // kPInSmem
+  auto* pipeline_k = reinterpret_cast<sm90::Pipeline<kStages>*>(smem_p + Config::kConsumers * Config::kPBytes);
   auto* pipeline_v = pipeline_k + 1;
   // Q of the current work tile: full when loaded, empty when every consumer's last S is done.
   uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
@@ -176,11 +186,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
   // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
-  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = 1, kTurnBarrier = 2;
+  // kPBarrier + c: consumer c's P tile written (its 128 threads; P in shared memory only).
+  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = 1, kTurnBarrier = 2, kPBarrier = 5;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
   const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
+  const uint32_t p_addr = sm90::smem_u32(smem_p) + consumer * Config::kPBytes;  // this warpgroup's P tile
   // A warp's arrival on a stage's empty barrier, once all its lanes are past their wait.
   auto release = [&](uint64_t* empty) {
     __syncwarp();
@@ -209,7 +221,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
     float s[kSRegs];
-    uint32_t p_frag[kBlockN / 16][4];
+    uint32_t p_frag[Config::kPInSmem ? 1 : kBlockN / 16][4];  // P as registers (not kPInSmem)
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
 
     // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
@@ -227,14 +239,53 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     };
     // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
     // blocks kBlockN * 128 bytes apart (MN-major).
+    // With P in shared memory its k16 step kk reads column block kk / 4 at byte offset 32 * (kk % 4).
     auto issue_pv = [&](int stage) {
       const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
       sm90::wgmma_fence();
+      if constexpr (Config::kPInSmem) {
+        const uint32_t p_base = sm90::opaque_u32(p_addr);
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128),
-                                                        1);
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          sm90::Wgmma<Element, kHeadDimV>::template ss<1>(
+              o, sm90::kmajor_descriptor_at(p_base + (kk / 4) * 64 * 128 + (kk % 4) * 32),
+              sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128),
+                                                          1);
+      }
       sm90::wgmma_commit();
+    };
+    // P of the tile just done in softmax, as the next P V reads it: from registers (packed A
+    // fragments) or written to this warpgroup's P tile. Accumulator pair (4i + 2 half, + 1) is row
+    // 16 warp + lane / 4 + 8 half, keys 8i + 2 (lane % 4) + {0, 1}: 16-byte chunk i % 8 of the
+    // row's 128 bytes in column block i / 8, XORed with the row's low three bits (= lane / 4) by
+    // the swizzle; each store instruction hits 32 distinct banks. The previous P V has finished
+    // reading the tile (its wait is in softmax_tile); the barrier makes every warp's stores, fenced
+    // for the async proxy, visible to the warpgroup's next wgmma.
+    auto write_p = [&]() {
+      if constexpr (Config::kPInSmem) {
+        // One base register: row 16 warp + lane / 4 with the swizzle's XOR term (lane / 4) * 16 and
+        // the lane's 4 bytes; chunk i % 8 is then one XOR with a constant (bits 4-6 only), the
+        // column block and the row + 8 half constant offsets.
+        const uint32_t base = sm90::opaque_u32(p_addr + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const uint32_t addr = (base ^ uint32_t((i % 8) * 16)) + (i / 8) * 64 * 128 + half * 8 * 128;
+            const uint32_t packed = sm80::pack2<Element>(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]);
+            sm90::st_shared_s32(addr, int(packed));
+          }
+        sm90::fence_async_shared();
+        if (consumer == 0) sm90::named_barrier_sync(kPBarrier + 0, 128);
+        else if (consumer == 1) sm90::named_barrier_sync(kPBarrier + 1, 128);
+        else sm90::named_barrier_sync(kPBarrier + 2, 128);
+      } else {
+        pack_p<Element>(p_frag, s);
+      }
     };
     // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
     // seqused_k (rows the caller did not fill) they are in bounds of the map, so the TMA loads real
@@ -269,7 +320,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     auto softmax_tile = [&](int tile, auto wait_pv) {
       const int key0 = tile * kBlockN;
       scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
-      if constexpr (!Config::kGeneralScore) {
+      if constexpr (Config::kPInSmem) {
+        // Calls without causal or window limits only (the launch checks): the last key tile is the
+        // only masked one, the same for every row, and the mask needs no P V wait (no P registers
+        // to reuse): the general interval mask's registers spill these 192 x 192 tiles.
+        if (key0 + kBlockN > sk) mask_keys_past_end(s, at, key0, sk);
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        sm90::fence_accumulators(s);  // as below
+        wait_pv();
+      } else if constexpr (!Config::kGeneralScore) {
         if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
           softmax_update(s, row_max, row_sum, scale_log2, rescale);
           // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
@@ -336,7 +395,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       sm90::fence_accumulators(s);
       release(&pipeline_k->empty[first.stage]);
       softmax_tile(tile_begin, [] {});  // no P V yet; O is still 0: its rescale is moot
-      pack_p<Element>(p_frag, s);
+      write_p();
       for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
         const uint32_t use = uses + uint32_t(tile - tile_begin);
         const State k_state = State::at(use), v_state = State::at(use - 1);
@@ -356,7 +415,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         });
         release(&pipeline_v->empty[v_state.stage]);
         rescale_rows(o, rescale);
-        pack_p<Element>(p_frag, s);
+        write_p();
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
       release_q();

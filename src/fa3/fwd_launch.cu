@@ -64,6 +64,7 @@ FwdTuning& fwd_tuning() {
     auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v != nullptr ? v : ""); };
     if (const std::string v = env("FLASHATTN_FA3_PINGPONG"); v == "0" || v == "1") t.pingpong = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
+    if (const std::string v = env("FLASHATTN_FA3_D64_BLOCKN"); v == "128" || v == "192") t.d64_block_n = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144" || v == "176")
       t.d128_block_n = std::stoi(v);
     if (const std::string v = env("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";

@@ -60,7 +60,9 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 // on two consumer warpgroups without ping-pong, with kBlockNGeneral keys per tile (their logit
 // stage needs more registers); plain scores on kPlainConsumers warpgroups with kBlockN keys,
 // with ping-pong by the rule below unless FwdTuning forces it.
-template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2>
+// kPInSmem: the plain configurations take P V's P from shared memory (FwdConfig::kPInSmem).
+template <typename Element, int kHeadDim, int kHeadDimV, int kBlockN, int kBlockNGeneral = kBlockN, int kPlainConsumers = 2,
+          bool kPInSmem = false>
 Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   constexpr int kStages = 2;
   // Ping-pong helps where the softmax is long against the GEMMs (d64, causal d128: +1-8 %); at d256
@@ -69,8 +71,8 @@ Status launch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   if (!p.plain_forward_scores())
     return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockNGeneral, kStages, true, false>>(p, stream);
   if (pingpong)
-    return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers>>(p, stream);
-  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers>>(p, stream);
+    return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, true, kPlainConsumers, kPInSmem>>(p, stream);
+  return launch<FwdConfig<Element, kHeadDim, kHeadDimV, kBlockN, kStages, false, false, kPlainConsumers, kPInSmem>>(p, stream);
 }
 
 // Per head dim (the kernel's, after padding): fwd_hdim64.cu, fwd_hdim128.cu, ...

@@ -50,6 +50,18 @@ __device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnPr
 // kNarrowIndex (the launch clamps the windows and takes query + key rows < 2^31 - 256), which the
 // widest plain tiles need for their registers; the 64-bit form suits the general-score kernels'
 // register allocation better.
+// Sets the scores of accumulator row r (0: row0, 1: row0 + 8) to -inf outside the keys [begin, end)
+// of the tile.
+template <int kRegs>
+__device__ __forceinline__ void mask_row_outside(float (&s)[kRegs], int r, int quad, int begin, int end) {
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i)
+    if ((i % 4) / 2 == r) {
+      const int key = 8 * (i / 4) + 2 * quad + (i % 2);
+      if (key < begin || key >= end) s[i] = -INFINITY;
+    }
+}
+
 template <bool kNarrowIndex, int kRegs>
 __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, AccumulatorCoords at, int key0, int sq, int sk) {
 #pragma unroll
@@ -63,13 +75,16 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, Acc
       const KeyRange keys = visible_keys(m, row, row + 1, sq, sk);
       begin = int(keys.begin) - key0, end = int(keys.end) - key0;
     }
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i)
-      if ((i % 4) / 2 == r) {
-        const int key = 8 * (i / 4) + 2 * at.quad + (i % 2);
-        if (key < begin || key >= end) s[i] = -INFINITY;
-      }
+    mask_row_outside(s, r, at.quad, begin, end);
   }
+}
+
+// The mask of a call without causal or window limits: only the keys past the sequence's end (in
+// its last key tile), the same for every row.
+template <int kRegs>
+__device__ __forceinline__ void mask_keys_past_end(float (&s)[kRegs], AccumulatorCoords at, int key0, int sk) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) mask_row_outside(s, r, at.quad, 0, sk - key0);
 }
 
 // Online softmax update for one tile: new running max per row, the factor that rescales the

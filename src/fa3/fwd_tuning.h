@@ -8,8 +8,8 @@ namespace flashattn::fa3 {
 
 // 0 (ping-pong: -1) = chosen per call by the rules in fwd_hdim64.cu, fwd_hdim128.cu and
 // fwd_launch.cuh. The environment variables are read once per process: FLASHATTN_FA3_PINGPONG=0|1
-// turns ping-pong off or on, FLASHATTN_FA3_D64_CONSUMERS=2|3 and FLASHATTN_FA3_D128_BLOCKN=128|144|176
-// force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the dynamic schedule on or off,
+// turns ping-pong off or on, FLASHATTN_FA3_D64_CONSUMERS=2|3, FLASHATTN_FA3_D64_BLOCKN=128|192 and
+// FLASHATTN_FA3_D128_BLOCKN=128|144|176 force those choices, FLASHATTN_FA3_DYNAMIC=1|0 turns the dynamic schedule on or off,
 // FLASHATTN_FA3_SECTION_MB=N sets its section size.
 struct FwdTuning {
   // Ping-pong of the consumer warpgroups: -1 = by the rule in fwd_launch.cuh (off for unmasked
@@ -17,6 +17,9 @@ struct FwdTuning {
   int pingpong = -1;
   int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 128)
   int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128, 144 or 176
+  // Key tile of unmasked plain d64 calls on three consumer warpgroups: 128, or 192 with P through
+  // shared memory (FwdConfig::kPInSmem); 0 = 128 until 192 is measured.
+  int d64_block_n = 0;
   // Causal, windowed and varlen calls on persistent CTAs that take their tiles from a counter
   // (fwd_scheduler.cuh) instead of a CTA per tile (H200, same run: causal +1-24 % at d64, +1-15 %
   // at d128, +0-6 % at d256, most at short sequences).

@@ -68,10 +68,11 @@ class TuningOverride {
 // 192 x 128, or two at d64; 144 or 176 keys at d128).
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
 
-void expect_matches_with_tiles(const AttentionCase& c, int d64_consumers, int d128_block_n) {
+void expect_matches_with_tiles(const AttentionCase& c, int d64_consumers, int d128_block_n, int d64_block_n = 128) {
   const TuningOverride force([&](fa3::FwdTuning& t) {
     t.d64_consumers = d64_consumers;
     t.d128_block_n = d128_block_n;
+    t.d64_block_n = d64_block_n;
   });
   expect_fa3_matches_reference(c);
 }
@@ -85,6 +86,13 @@ TEST_P(Fa3ForwardWideTiles, MatchesReference) {
 TEST_P(Fa3ForwardWideTiles, WidestMatchesReference) {
   SKIP_WITHOUT_SM90();
   expect_matches_with_tiles(GetParam(), 2, 176);
+}
+
+// d64 on 192 x 192 tiles with P through shared memory (unmasked calls; the rest keep 192 x 128).
+TEST_P(Fa3ForwardWideTiles, PInSharedMemoryMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  if (GetParam().head_dim > 64) GTEST_SKIP() << "d64 only";
+  expect_matches_with_tiles(GetParam(), 3, 128, 192);
 }
 
 std::vector<AttentionCase> fa3_narrow_head_sweep() {
@@ -225,12 +233,14 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardUnequalTiles, ::testing::ValuesIn(unequ
 // dynamic schedule (the order of the tiles moves between runs; the results must not).
 TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
+  // (d64 with 2300 keys: 192 x 192 tiles with P through shared memory, the last key tile ragged.)
   for (auto [d, causal, sk, dynamic] : {std::tuple{128, false, 2304, false}, std::tuple{128, false, 2816, false},
-                                        std::tuple{64, false, 2304, false}, std::tuple{128, true, 1500, false},
-                                        std::tuple{128, true, 1500, true}}) {
-    const TuningOverride force([dynamic = dynamic](fa3::FwdTuning& t) {
+                                        std::tuple{64, false, 2304, false}, std::tuple{64, false, 2300, false},
+                                        std::tuple{128, true, 1500, false}, std::tuple{128, true, 1500, true}}) {
+    const TuningOverride force([dynamic = dynamic, p_smem = sk == 2300](fa3::FwdTuning& t) {
       t.dynamic_schedule = dynamic;
       t.d64_consumers = 3;  // the size rule would give this shape two
+      if (p_smem) t.d64_block_n = 192;
     });
     AttentionCase c;
     c.batch = 2;
