@@ -18,7 +18,7 @@ struct FwdTuning {
   int d64_consumers = 0;  // consumer warpgroups of plain d64 calls: 2 (128 x 128) or 3 (192 x 128)
   int d128_block_n = 0;   // key tile of unmasked plain d128 calls: 128, 144 or 176
   // Key tile of unmasked plain d64 calls on three consumer warpgroups: 128, or 192 with P through
-  // shared memory (FwdConfig::kPInSmem); 0 = 128 until 192 is measured.
+  // shared memory (FwdConfig::kPInSmem); 0 = by the rule in fwd_hdim64.cu.
   int d64_block_n = 0;
   // Causal, windowed and varlen calls on persistent CTAs that take their tiles from a counter
   // (fwd_scheduler.cuh) instead of a CTA per tile (H200, same run: causal +1-24 % at d64, +1-15 %
