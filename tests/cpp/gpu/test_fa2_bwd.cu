@@ -154,19 +154,25 @@ void repeat_backward(const AttentionCase& c, bool deterministic, int runs, const
   }
 }
 
+// A batch of two sequences of the given lengths, heads and head dim (the repeated-run tests).
+AttentionCase two_sequences(int seqlen_q, int seqlen_k, int heads_q, int heads_k, int head_dim) {
+  AttentionCase c;
+  c.batch = 2;
+  c.seqlen_q = seqlen_q;
+  c.seqlen_k = seqlen_k;
+  c.heads_q = heads_q;
+  c.heads_k = heads_k;
+  c.head_dim = head_dim;
+  return c;
+}
+
 TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
   // d128 with one and two key tiles; d64 with two (128 rows per step where the GPU allows).
   for (auto [head_dim, key_tiles] : {std::pair{128, 1}, std::pair{128, 2}, std::pair{64, 2}}) {
     SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles);
     const TuningOverride force(key_tiles);
-    AttentionCase c;
-    c.batch = 2;
-    c.seqlen_q = 700;
-    c.seqlen_k = 900;
-    c.heads_q = 8;
-    c.heads_k = 2;
-    c.head_dim = head_dim;
+    AttentionCase c = two_sequences(700, 900, 8, 2, head_dim);
     c.causal = true;
     std::vector<uint8_t> first[3];
     repeat_backward(c, /*deterministic=*/true, 50,
@@ -197,13 +203,7 @@ TEST(Fa2BackwardRace, RepeatedRunsAgree) {
     SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles
                                     << (rotate_rows ? "" : ", rows in order"));
     const TuningOverride force(key_tiles, 0, rotate_rows);
-    AttentionCase c;
-    c.batch = 2;
-    c.seqlen_q = 2000;
-    c.seqlen_k = 2100;
-    c.heads_q = 8;
-    c.heads_k = 4;
-    c.head_dim = head_dim;
+    const AttentionCase c = two_sequences(2000, 2100, 8, 4, head_dim);
     std::vector<float> first_dq;
     std::vector<uint8_t> first_dk, first_dv;
     repeat_backward(c, /*deterministic=*/false, 20,
