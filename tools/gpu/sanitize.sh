@@ -28,6 +28,10 @@ filter+="*Fa2BackwardDeterministic.MatchesReference/0_*:*Fa2BackwardDeterministi
 # The FA2 backward's forced variants: one key tile per warp, rows in order (d64 and d128 cases).
 filter+="*Fa2Backward.OneKeyTileMatchReference/9_*:*Fa2Backward.InOrderRowsMatchReference/9_*:"
 filter+="*Fa2Backward.InOrderRowsMatchReference/25_*:"
+# FA3 d64 on 192 x 192 with P through shared memory (unmasked: ragged, varlen, seqused_k).
+filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_b2_sq113_sk203_h2x2_d64_bfloat16:"
+filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_sk160_h4x2_d64_bfloat16_varlen4:"
+filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_sk160_h4x2_d64_bfloat16_seqused:"
 filter+="*Fa2KvCache.MatchesReference/0_*:*Fa2KvCache.MatchesReference/2_*:*Fa2Combine.*:"
 # FA3 with more work tiles than SMs (persistent CTAs, three consumer warpgroups at d64), and the
 # dynamic schedule (causal d64; varlen d128 causal with empty sequences; a window wider than the
