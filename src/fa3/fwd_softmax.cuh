@@ -45,11 +45,6 @@ __device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnPr
   }
 }
 
-// Sets scores of invisible (row, key) pairs to -inf. Called only for tiles that need a mask; the
-// visible keys of a row are one interval (common/mask.h), found once per row: in 32 bits with
-// kNarrowIndex (the launch clamps the windows and takes query + key rows < 2^31 - 256), which the
-// widest plain tiles need for their registers; the 64-bit form suits the general-score kernels'
-// register allocation better.
 // Sets the scores of accumulator row r (0: row0, 1: row0 + 8) to -inf outside the keys [begin, end)
 // of the tile.
 template <int kRegs>
@@ -62,6 +57,11 @@ __device__ __forceinline__ void mask_row_outside(float (&s)[kRegs], int r, int q
     }
 }
 
+// Sets scores of invisible (row, key) pairs to -inf. Called only for tiles that need a mask; the
+// visible keys of a row are one interval (common/mask.h), found once per row: in 32 bits with
+// kNarrowIndex (the launch clamps the windows and takes query + key rows < 2^31 - 256), which the
+// widest plain tiles need for their registers; the 64-bit form suits the general-score kernels'
+// register allocation better.
 template <bool kNarrowIndex, int kRegs>
 __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, AccumulatorCoords at, int key0, int sq, int sk) {
 #pragma unroll

@@ -89,9 +89,15 @@ TEST_P(Fa3ForwardWideTiles, WidestMatchesReference) {
 }
 
 // d64 on 192 x 192 tiles with P through shared memory (unmasked calls; the rest keep 192 x 128).
+// The calls that can take it: d64, plain scores, no causal or window limit.
+bool takes_p_in_shared_memory(const AttentionCase& c) {
+  const bool plain = c.softcap == 0.f && c.alibi == 0 && (!c.softmax_scale || *c.softmax_scale > 0.f);
+  return c.head_dim <= 64 && c.dv() <= 64 && plain && !c.causal && c.window_left < 0 && c.window_right < 0;
+}
+
 TEST_P(Fa3ForwardWideTiles, PInSharedMemoryMatchesReference) {
   SKIP_WITHOUT_SM90();
-  if (GetParam().head_dim > 64) GTEST_SKIP() << "d64 only";
+  if (!takes_p_in_shared_memory(GetParam())) GTEST_SKIP() << "d64 plain unmasked calls only";
   expect_matches_with_tiles(GetParam(), 3, 128, 192);
 }
 
@@ -143,6 +149,17 @@ TEST_P(Fa3ForwardPersistent, PingPongOffMatchesReference) {
 TEST_P(Fa3ForwardPersistent, PingPongOnMatchesReference) {
   SKIP_WITHOUT_SM90();
   const TuningOverride force([](fa3::FwdTuning& t) { t.pingpong = 1; });
+  expect_fa3_matches_reference(GetParam());
+}
+
+// d64 on 192 x 192 with P through shared memory: each CTA reuses its P tiles across work tiles.
+TEST_P(Fa3ForwardPersistent, PInSharedMemoryMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  if (!takes_p_in_shared_memory(GetParam())) GTEST_SKIP() << "d64 plain unmasked calls only";
+  const TuningOverride force([](fa3::FwdTuning& t) {
+    t.d64_consumers = 3;
+    t.d64_block_n = 192;
+  });
   expect_fa3_matches_reference(GetParam());
 }
 
