@@ -257,6 +257,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   const int shift = sk - sq;  // row i's diagonal key is i + shift
   const uint32_t dropout_threshold_bits = dropout_threshold(p.dropout_p);
   const float keep_scale = p.dropout_p > 0.f ? 1.f / (1.f - p.dropout_p) : 1.f;
+  // ldmatrix.x4 address (elements) of the A fragment of this warp's key tile kt, k-step columns
+  // from col: rows are keys in K, V (row stride kRowStride) and in P^T, dS^T (kTStride).
+  const auto key_tile_a_offset = [&](int kt, int stride, int col) {
+    return (key_local + 16 * kt + (lane % 8) + ((lane / 8) % 2) * 8) * stride + col + (lane / 16) * 8;
+  };
   // This thread's keys in the sequence, per key tile kt: my_key[kt][0] for accumulator elements 0,1
   // and my_key[kt][1] for 2,3.
   int my_key[kKeyTiles][2];
@@ -371,8 +376,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
         uint32_t a_k[kKeyTiles][4], a_v[kKeyTiles][4];
 #pragma unroll
         for (int kt = 0; kt < kKeyTiles; ++kt) {
-          const int a_off =
-              (key_local + 16 * kt + (lane % 8) + ((lane / 8) % 2) * 8) * kRowStride + kstep * 16 + (lane / 16) * 8;
+          const int a_off = key_tile_a_offset(kt, kRowStride, kstep * 16);
           sm80::ldmatrix_x4(a_k[kt], sm80::smem_address(smem_k + a_off));
           sm80::ldmatrix_x4(a_v[kt], sm80::smem_address(smem_v + a_off));
         }
@@ -503,8 +507,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
         uint32_t a_p[kKeyTiles][4], a_ds[kKeyTiles][4];
 #pragma unroll
         for (int kt = 0; kt < kKeyTiles; ++kt) {
-          const int a_off =
-              (key_local + 16 * kt + (lane % 8) + ((lane / 8) % 2) * 8) * kTStride + kstep * 16 + (lane / 16) * 8;
+          const int a_off = key_tile_a_offset(kt, kTStride, kstep * 16);
           sm80::ldmatrix_x4(a_p[kt], sm80::smem_address(smem_pt + a_off));
           sm80::ldmatrix_x4(a_ds[kt], sm80::smem_address(smem_dst + a_off));
         }

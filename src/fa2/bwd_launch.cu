@@ -2,9 +2,9 @@
 // dQ conversion; everything enqueued on the caller's stream, no host synchronisation.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
+#include "common/env.h"
 #include "fa2/bwd_main.cuh"
 #include "fa2/fa2_backend.h"
 
@@ -13,12 +13,9 @@ namespace flashattn::fa2 {
 BwdTuning& bwd_tuning() {
   static BwdTuning tuning = [] {
     BwdTuning t;
-    const char* v = std::getenv("FLASHATTN_FA2_BWD_KEY_TILES");
-    if (v != nullptr && (std::string(v) == "1" || std::string(v) == "2")) t.key_tiles = std::atoi(v);
-    const char* m = std::getenv("FLASHATTN_FA2_BWD_BLOCK_M");
-    if (m != nullptr && (std::string(m) == "64" || std::string(m) == "128")) t.block_m = std::atoi(m);
-    const char* r = std::getenv("FLASHATTN_FA2_BWD_ROTATE");
-    if (r != nullptr && (std::string(r) == "0" || std::string(r) == "1")) t.rotate_rows = r[0] == '1';
+    if (const std::string v = env_string("FLASHATTN_FA2_BWD_KEY_TILES"); v == "1" || v == "2") t.key_tiles = std::stoi(v);
+    if (const std::string v = env_string("FLASHATTN_FA2_BWD_BLOCK_M"); v == "64" || v == "128") t.block_m = std::stoi(v);
+    if (const std::string v = env_string("FLASHATTN_FA2_BWD_ROTATE"); v == "0" || v == "1") t.rotate_rows = v == "1";
     return t;
   }();
   return tuning;

@@ -280,9 +280,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             sm90::st_shared_s32(addr, int(packed));
           }
         sm90::fence_async_shared();
-        if (consumer == 0) sm90::named_barrier_sync(kPBarrier + 0, 128);
-        else if (consumer == 1) sm90::named_barrier_sync(kPBarrier + 1, 128);
-        else sm90::named_barrier_sync(kPBarrier + 2, 128);
+        sm90::named_barrier_sync_of<kPBarrier, 128>(consumer);
       } else {
         pack_p<Element>(p_frag, s);
       }
@@ -358,21 +356,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
     // tiles. Consumer c waits on barrier kTurnBarrier + c and hands over to c + 1. Per work tile
     // the last consumer opens consumer 0's first turn and skips its own last hand-over, so every
-    // arrival meets a sync. Barrier ids are constants (a register id would make ptxas reserve all
-    // 16 barriers).
+    // arrival meets a sync. Barrier ids are constants (sm90::named_barrier_sync_of).
     constexpr uint32_t kTurnThreads = 256;  // the warpgroup handing over + the one taking the turn
     constexpr int kLastConsumer = Config::kConsumers - 1;
-    auto hand_over_to = [&](int next) {
-      if (next == 0) sm90::named_barrier_arrive(kTurnBarrier + 0, kTurnThreads);
-      else if (next == 1) sm90::named_barrier_arrive(kTurnBarrier + 1, kTurnThreads);
-      else sm90::named_barrier_arrive(kTurnBarrier + 2, kTurnThreads);
-    };
+    auto hand_over_to = [&](int next) { sm90::named_barrier_arrive_of<kTurnBarrier, kTurnThreads>(next); };
     auto begin_turn = [&]() {
-      if constexpr (Config::kPingPong) {
-        if (consumer == 0) sm90::named_barrier_sync(kTurnBarrier + 0, kTurnThreads);
-        else if (consumer == 1) sm90::named_barrier_sync(kTurnBarrier + 1, kTurnThreads);
-        else sm90::named_barrier_sync(kTurnBarrier + 2, kTurnThreads);
-      }
+      if constexpr (Config::kPingPong) sm90::named_barrier_sync_of<kTurnBarrier, kTurnThreads>(consumer);
     };
     auto end_turn = [&](bool last) {
       if constexpr (Config::kPingPong) {

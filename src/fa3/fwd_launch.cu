@@ -7,6 +7,7 @@
 #include <string>
 
 #include "arch/sm90/tensor_map.h"
+#include "common/env.h"
 #include "fa3/fa3_backend.h"
 #include "fa3/fwd_launch.cuh"
 
@@ -61,14 +62,13 @@ int kernel_head_dim(int64_t head_dim) { return int(std::min<int64_t>((head_dim +
 FwdTuning& fwd_tuning() {
   static FwdTuning tuning = [] {
     FwdTuning t;
-    auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v != nullptr ? v : ""); };
-    if (const std::string v = env("FLASHATTN_FA3_PINGPONG"); v == "0" || v == "1") t.pingpong = std::stoi(v);
-    if (const std::string v = env("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
-    if (const std::string v = env("FLASHATTN_FA3_D64_BLOCKN"); v == "128" || v == "192") t.d64_block_n = std::stoi(v);
-    if (const std::string v = env("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144" || v == "176")
+    if (const std::string v = env_string("FLASHATTN_FA3_PINGPONG"); v == "0" || v == "1") t.pingpong = std::stoi(v);
+    if (const std::string v = env_string("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
+    if (const std::string v = env_string("FLASHATTN_FA3_D64_BLOCKN"); v == "128" || v == "192") t.d64_block_n = std::stoi(v);
+    if (const std::string v = env_string("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144" || v == "176")
       t.d128_block_n = std::stoi(v);
-    if (const std::string v = env("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
-    if (const std::string v = env("FLASHATTN_FA3_SECTION_MB"); !v.empty()) t.section_mb = std::max(0, std::atoi(v.c_str()));
+    if (const std::string v = env_string("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
+    if (const std::string v = env_string("FLASHATTN_FA3_SECTION_MB"); !v.empty()) t.section_mb = std::max(0, std::atoi(v.c_str()));
     return t;
   }();
   return tuning;

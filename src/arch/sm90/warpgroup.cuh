@@ -25,6 +25,21 @@ __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threa
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Barrier kFirstId + index (index 0, 1 or 2: a consumer warpgroup), with the id a constant in each
+// branch: an id in a register makes ptxas reserve all 16 barriers.
+template <uint32_t kFirstId, uint32_t kThreads>
+__device__ __forceinline__ void named_barrier_sync_of(int index) {
+  if (index == 0) named_barrier_sync(kFirstId + 0, kThreads);
+  else if (index == 1) named_barrier_sync(kFirstId + 1, kThreads);
+  else named_barrier_sync(kFirstId + 2, kThreads);
+}
+template <uint32_t kFirstId, uint32_t kThreads>
+__device__ __forceinline__ void named_barrier_arrive_of(int index) {
+  if (index == 0) named_barrier_arrive(kFirstId + 0, kThreads);
+  else if (index == 1) named_barrier_arrive(kFirstId + 1, kThreads);
+  else named_barrier_arrive(kFirstId + 2, kThreads);
+}
+
 // True in exactly one lane of the (fully active) warp.
 __device__ __forceinline__ bool elect_one() {
   uint32_t pred = 0;
