@@ -25,6 +25,7 @@
 #include "arch/sm80/ldmatrix.cuh"
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
+#include "arch/sm90/tma.cuh"
 #include "fa2/tile_load.cuh"
 #include "common/mask.h"
 #include "common/philox.h"
@@ -39,8 +40,21 @@ inline constexpr int kBwdRowAlign = 128;
 // The smallest kBlockM of any backward config (sizes the deterministic-mode counters).
 inline constexpr int kBwdMinBlockM = 64;
 
+// Element (r, c) of a 16 x 16 dQ tile, r and c < 16, in the staging tile and in dq_accum: row-major
+// with the column XORed with 8 on rows with bit 1 set (conflict-free float2 stores of the MMA
+// accumulators and float4 reads of rows).
+__host__ __device__ __forceinline__ int dq_tile_offset(int r, int c) { return r * 16 + (c ^ (r & 2) * 4); }
+
+// The 16 x 16 tile of dq_accum holding workspace row `ws_row` (its sequence's base + row) and
+// column `col`.
+__host__ __device__ __forceinline__ int64_t dq_tile_index(int64_t ws_row, int col, int dq_cols) {
+  return ((ws_row / 16) * (dq_cols / 16) + col / 16) * 256;
+}
+
 // What the backward kernels read and write besides the problem. Workspace layouts, with
-// R = rows_padded: lse_log2, delta: [batch][heads_q][R]; dq_accum: [batch][heads_q][R][dq_cols];
+// R = rows_padded: lse_log2, delta: [batch][heads_q][R]; dq_accum: [batch][heads_q][R / 16]
+// [dq_cols / 16][256], 16 x 16 tiles in the order of the main kernel's dQ staging tile
+// (dq_tile_offset), so that a staged tile is added as one contiguous kilobyte;
 // dq_counters: [batch][heads_q][R / kBwdMinBlockM].
 struct BwdArgs {
   BwdProblem problem;
@@ -54,6 +68,10 @@ struct BwdArgs {
   // (which leaves the scale out of dS and applies it to dK and dQ at the end), else 1.
   float dq_scale = 1.f;
   bool deterministic = false;
+  // sm90, atomic mode: each staged dQ tile is added by one bulk reduction (the TMA unit) instead of
+  // vector atomics from every lane (BwdTuning::dq_bulk; other GPUs, the deterministic mode and
+  // the dropout kernels ignore it).
+  bool dq_bulk = false;
   // Atomic mode: CTAs start at different row blocks (BwdTuning::rotate_rows); the deterministic
   // mode keeps ascending order (its counters order the adds by key block).
   bool rotate_rows = false;
@@ -522,6 +540,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     const int64_t ws_rows = (b * p.heads_q + h) * args.rows_padded;
     float* const dq_stage = (Config::kPInSmem ? smem_dq_own : reinterpret_cast<float*>(smem_q + stage * Config::kSmemRows)) +
                             warp * Config::kDqStageFloats;
+    // (read on sm90 only; the dropout kernels keep the atomics: no registers to spare)
+    const bool bulk_dq = !Config::kDropout && args.dq_bulk && !args.deterministic;
     int* counter = nullptr;
     if (args.deterministic) {
       // Key blocks add to a row block in ascending order: wait for those before this one. The
@@ -571,35 +591,50 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
         for (int t = 0; t < kTiles; t += 2) {
           if (col_base + t * 8 >= p.head_dim) break;  // (a pair's second tile may be padding: + 0)
           const int tile_row0 = row0 + dq_row_local + m * 16;  // sequence row of the m16 tile's row 0
-          float* const dst_tile = args.dq_accum + (ws_rows + tile_row0) * args.dq_cols + col_base + t * 8;
+          float* const dst_tile = args.dq_accum + dq_tile_index(ws_rows + tile_row0, col_base + t * 8, args.dq_cols);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          if (bulk_dq && lane == 0) sm90::tma_store_wait_read();  // the previous tile's bulk read
+#endif
           __syncwarp();  // the previous pair's reads of the staging tile are done
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
               const int r = group + 8 * half;
-              *reinterpret_cast<float2*>(dq_stage + r * 16 + ((8 * j + 2 * quad) ^ (r & 2) * 4)) =
+              *reinterpret_cast<float2*>(dq_stage + dq_tile_offset(r, 8 * j + 2 * quad)) =
                   make_float2(dq[m][t + j][2 * half], dq[m][t + j][2 * half + 1]);
             }
-          __syncwarp();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-          if (!args.deterministic) {
-            // sm80: scalar adds, lanes on consecutive columns (two 64-byte row segments per add).
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const int r = 2 * i + lane / 16, c = lane % 16;
-              if (tile_row0 + r < sq) atomicAdd(dst_tile + r * args.dq_cols + c, dq_stage[r * 16 + (c ^ (r & 2) * 4)]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          if (bulk_dq) {
+            // The whole tile in one reduction; rows past the sequence add zeros (P is 0 there).
+            sm90::fence_async_shared();  // the stores, before the TMA unit reads them
+            __syncwarp();
+            if (lane == 0) {
+              sm90::bulk_reduce_add(dst_tile, dq_stage, 256 * sizeof(float));
+              sm90::tma_store_commit();
             }
             continue;
           }
 #endif
-          // Four consecutive columns per lane: 8 rows x 64 bytes per instruction.
+          __syncwarp();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+          if (!args.deterministic) {
+            // sm80: scalar adds, lanes on consecutive words (two 64-byte segments per add).
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              const int r = 2 * i + lane / 16, off = dq_tile_offset(r, lane % 16);
+              if (tile_row0 + r < sq) atomicAdd(dst_tile + off, dq_stage[off]);
+            }
+            continue;
+          }
+#endif
+          // Four consecutive columns per lane: 512 contiguous bytes per instruction.
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            const int r = lane / 4 + 8 * i, c = (lane % 4) * 4;
+            const int r = lane / 4 + 8 * i, off = dq_tile_offset(r, (lane % 4) * 4);
             if (tile_row0 + r >= sq) continue;
-            const float4 v = *reinterpret_cast<const float4*>(dq_stage + r * 16 + (c ^ (r & 2) * 4));
-            float4* const dst = reinterpret_cast<float4*>(dst_tile + r * args.dq_cols + c);
+            const float4 v = *reinterpret_cast<const float4*>(dq_stage + off);
+            float4* const dst = reinterpret_cast<float4*>(dst_tile + off);
             if (args.deterministic) {
               // This CTA is the only writer now; read around L1, which may hold an older copy.
               const float4 old = __ldcg(dst);
@@ -613,6 +648,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
         }
       }
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The last bulk reduction's read of the staging tile, before the next step's barrier lets the
+    // tile (in the Q stage, without kPInSmem) be refilled.
+    if (bulk_dq && lane == 0) sm90::tma_store_wait_read();
+#endif
     if (barrier_at_end) {
       if (args.deterministic) __threadfence();  // this CTA's dQ adds visible before the counter moves
       __syncthreads();  // every warp is done with this stage and with dS^T before they are refilled
@@ -621,6 +661,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     next_step(cur);
   }
   sm80::cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (!Config::kDropout && args.dq_bulk && !args.deterministic && lane == 0) sm90::tma_store_wait();  // bulk reductions complete
+#endif
 
   // dK and dV of every stored key of the block; keys no row saw (or beyond seqused_k) get 0.
   Element* dk = static_cast<Element*>(bp.dk.data);
@@ -708,8 +751,9 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs args)
   for (int i = threadIdx.x; i < kBwdConvertRowsPerCta * pairs; i += blockDim.x) {
     const int row = row_first + i / pairs, col = 2 * (i % pairs);
     if (row >= sq) break;
-    const float2 v = *reinterpret_cast<const float2*>(
-        args.dq_accum + ((b * p.heads_q + h) * args.rows_padded + row) * args.dq_cols + col);
+    const int64_t ws_row = (b * p.heads_q + h) * args.rows_padded + row;
+    const float2 v = *reinterpret_cast<const float2*>(args.dq_accum + dq_tile_index(ws_row, col, args.dq_cols) +
+                                                      dq_tile_offset(row % 16, col % 16));
     *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) =
         sm80::pack2<Element>(v.x * args.dq_scale, v.y * args.dq_scale);
   }

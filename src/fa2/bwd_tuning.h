@@ -14,10 +14,14 @@ namespace flashattn::fa2 {
 // rotate_rows: in the atomic mode each CTA starts at its own row block (blockIdx.x modulo its row
 // blocks), so that the CTAs of a head spread their dQ adds over different rows. On by default
 // (H200, 2026-11-29: d256 +1-4 %, d64/d128 within +-1 %). FLASHATTN_FA2_BWD_ROTATE=0|1 sets it.
+// dq_bulk: sm90, atomic mode: each staged 16 x 16 dQ tile is added by one bulk reduction (TMA
+// unit) instead of vector atomics from every lane; off until measured.
+// FLASHATTN_FA2_BWD_DQ_BULK=0|1 sets it.
 struct BwdTuning {
   int key_tiles = 0;
   int block_m = 0;
   bool rotate_rows = true;
+  bool dq_bulk = false;
 };
 
 // The process-wide tuning (bwd_launch.cu). Mutable for tests; not synchronised.

@@ -3,7 +3,8 @@
 # measurement variants (src/fa2/bwd_tuning.h) beside torch SDPA's flash and cuDNN backwards from
 # the same run. Variants: kt1 / kt2 = one / two key tiles per warp (two is the default; d64 then
 # takes 128 rows per step, and each CTA starts at its own row block); kt2s = two key tiles with d64
-# on 64 rows per step; inorder = the default with every CTA's rows in ascending order.
+# on 64 rows per step; inorder = the default with every CTA's rows in ascending order; bulk = dQ
+# tiles added by bulk reductions (sm90).
 # FA2_BWD_VARIANTS="kt2 kt2s" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
@@ -11,6 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/fa2_bwd_variants.sh LOGDIR}"
 mkdir -p "$logdir"
 variants=("kt1:FLASHATTN_FA2_BWD_KEY_TILES=1" "kt2:FLASHATTN_FA2_BWD_KEY_TILES=2"
-  "kt2s:FLASHATTN_FA2_BWD_KEY_TILES=2 FLASHATTN_FA2_BWD_BLOCK_M=64" "inorder:FLASHATTN_FA2_BWD_ROTATE=0")
-wanted="${FA2_BWD_VARIANTS:-kt1 kt2 kt2s inorder}"
+  "kt2s:FLASHATTN_FA2_BWD_KEY_TILES=2 FLASHATTN_FA2_BWD_BLOCK_M=64" "inorder:FLASHATTN_FA2_BWD_ROTATE=0"
+  "bulk:FLASHATTN_FA2_BWD_DQ_BULK=1")
+wanted="${FA2_BWD_VARIANTS:-kt2 bulk}"
 fa_run_variants fa2 bwd "$logdir" "$wanted" "${variants[@]}"

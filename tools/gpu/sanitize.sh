@@ -28,6 +28,7 @@ filter+="*Fa2BackwardDeterministic.MatchesReference/0_*:*Fa2BackwardDeterministi
 # The FA2 backward's forced variants: one key tile per warp, rows in order (d64 and d128 cases).
 filter+="*Fa2Backward.OneKeyTileMatchReference/9_*:*Fa2Backward.InOrderRowsMatchReference/9_*:"
 filter+="*Fa2Backward.InOrderRowsMatchReference/25_*:"
+filter+="*Fa2Backward.BulkDqMatchReference/9_*:*Fa2Backward.BulkDqMatchReference/25_*:*Fa2Backward.BulkDqMatchReference/28_*:"
 # FA3 d64 on 192 x 192 with P through shared memory (unmasked: ragged, varlen, seqused_k).
 filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_b2_sq113_sk203_h2x2_d64_bfloat16:"
 filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_sk160_h4x2_d64_bfloat16_varlen4:"

@@ -1,5 +1,5 @@
-// TMA (cp.async.bulk.tensor) loads into shared memory completing on an mbarrier, and stores from
-// shared memory, over CCCL's cuda::ptx. Tensor maps are built on the host (tensor_map.h) and passed
+// TMA (cp.async.bulk.tensor) loads into shared memory completing on an mbarrier, stores from
+// shared memory and bulk reductions into global memory, over CCCL's cuda::ptx. Tensor maps are built on the host (tensor_map.h) and passed
 // to kernels as __grid_constant__ parameters. Coordinates are innermost-first, in elements.
 #pragma once
 
@@ -28,9 +28,17 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords, smem);
 }
 
+// global[i] += shared[i] over `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte
+// aligned), by the TMA unit: one instruction for a whole staged tile. A bulk group, as the stores.
+__device__ __forceinline__ void bulk_reduce_add(float* global, const float* smem, uint32_t bytes) {
+  cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, global, smem, bytes);
+}
+
 __device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
-// Waits until the stores' shared-memory reads are done (the buffer may then be reused).
+// Waits until the stores' (and bulk reductions') shared-memory reads are done (the buffer may then be reused).
 __device__ __forceinline__ void tma_store_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
+// Waits until they are complete (their global writes done).
+__device__ __forceinline__ void tma_store_wait() { cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{}); }
 
 // A 32-bit word at a shared-memory address (smem_u32). Explicit: a pointer the kernel derived from
 // an aligned integer would be accessed through the generic space.

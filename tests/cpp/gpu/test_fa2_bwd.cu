@@ -54,10 +54,12 @@ void expect_backward_matches(const AttentionCase& c, bool deterministic) {
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
 class TuningOverride {
  public:
-  explicit TuningOverride(int key_tiles, int block_m = 0, bool rotate_rows = true) : saved_(fa2::bwd_tuning()) {
+  explicit TuningOverride(int key_tiles, int block_m = 0, bool rotate_rows = true, bool dq_bulk = false)
+      : saved_(fa2::bwd_tuning()) {
     fa2::bwd_tuning().key_tiles = key_tiles;
     fa2::bwd_tuning().block_m = block_m;
     fa2::bwd_tuning().rotate_rows = rotate_rows;
+    fa2::bwd_tuning().dq_bulk = dq_bulk;
   }
   ~TuningOverride() { fa2::bwd_tuning() = saved_; }
   TuningOverride(const TuningOverride&) = delete;
@@ -92,6 +94,14 @@ TEST_P(Fa2Backward, ShortD64TilesMatchReference) {
     GTEST_SKIP() << "two key tiles take plain scores without dropout only";
   const TuningOverride force(2, 64);
   expect_backward_matches(c, false);
+}
+
+// dQ tiles added by bulk reductions (sm90; elsewhere the atomics run).
+TEST_P(Fa2Backward, BulkDqMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  if (GetParam().dropout_p > 0.f) GTEST_SKIP() << "the dropout kernels keep the atomics";
+  const TuningOverride force(0, 0, true, /*dq_bulk=*/true);
+  expect_backward_matches(GetParam(), false);
 }
 
 // Every CTA taking its row blocks in ascending order (the default rotates the start, atomic mode).
@@ -204,13 +214,14 @@ TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Variant {
     int head_dim, key_tiles;
-    bool rotate_rows;
+    bool rotate_rows, dq_bulk;
   };
-  for (auto [head_dim, key_tiles, rotate_rows] :
-       {Variant{128, 1, true}, Variant{128, 2, true}, Variant{64, 2, true}, Variant{128, 2, false}}) {
+  for (auto [head_dim, key_tiles, rotate_rows, dq_bulk] :
+       {Variant{128, 1, true, false}, Variant{128, 2, true, false}, Variant{64, 2, true, false},
+        Variant{128, 2, false, false}, Variant{128, 2, true, true}, Variant{64, 2, true, true}}) {
     SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles
-                                    << (rotate_rows ? "" : ", rows in order"));
-    const TuningOverride force(key_tiles, 0, rotate_rows);
+                                    << (rotate_rows ? "" : ", rows in order") << (dq_bulk ? ", bulk dQ adds" : ""));
+    const TuningOverride force(key_tiles, 0, rotate_rows, dq_bulk);
     const AttentionCase c = two_sequences(2000, 2100, 8, 4, head_dim);
     std::vector<float> first_dq;
     std::vector<uint8_t> first_dk, first_dv;

@@ -1,6 +1,7 @@
 // The sm90 primitive layer (src/arch/sm90) on the device: TMA loads with the 128-byte swizzle on
 // an mbarrier, wgmma with shared-memory descriptors (K-major A and B) and with A from registers
-// and an MN-major B, setmaxnreg with named barriers and elect. Skips without an sm90 GPU.
+// and an MN-major B, setmaxnreg with named barriers and elect, bulk reductions. Skips without an
+// sm90 GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -243,6 +244,47 @@ TEST(Sm90Primitives, SetmaxnregNamedBarriersAndElect) {
   CUDA_CHECK(cudaMemcpy(got.data(), out.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
   for (int t = 0; t < 128; ++t) ASSERT_EQ(got[t], 1000 + t) << t;
   EXPECT_EQ(got[128], 4) << "one elected lane per warp of warpgroup 0";
+}
+
+// ---- bulk reduction ---------------------------------------------------------------------------
+// Each of `warps` warps stages 256 floats (its own values) and adds them to the same global tile
+// with one bulk reduction, twice (the second after waiting for the first's shared-memory reads):
+// the tile ends as the start values plus twice the sum of every warp's values.
+__global__ void bulk_reduce_kernel(float* tile) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ __align__(128) float stage[4][256];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = lane; i < 256; i += 32) stage[warp][i] = float((warp + 1) * (i % 17) + pass);
+    sm90::fence_async_shared();  // the stores, before the TMA unit reads them
+    __syncwarp();
+    if (lane == 0) {
+      sm90::bulk_reduce_add(tile, stage[warp], 256 * sizeof(float));
+      sm90::tma_store_commit();
+      sm90::tma_store_wait_read();
+    }
+    __syncwarp();
+  }
+  if (lane == 0) sm90::tma_store_wait();
+#endif
+}
+
+TEST(Sm90Primitives, BulkReduceAddsStagedTiles) {
+  SKIP_WITHOUT_SM90();
+  DeviceArray<float> tile(256);
+  std::vector<float> start(256);
+  for (int i = 0; i < 256; ++i) start[i] = 0.5f * float(i);
+  CUDA_CHECK(cudaMemcpy(tile.ptr, start.data(), 256 * 4, cudaMemcpyHostToDevice));
+  bulk_reduce_kernel<<<1, 128>>>(tile.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> got(256);
+  CUDA_CHECK(cudaMemcpy(got.data(), tile.ptr, 256 * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 256; ++i) {
+    float want = start[i];
+    for (int pass = 0; pass < 2; ++pass)
+      for (int w = 0; w < 4; ++w) want += float((w + 1) * (i % 17) + pass);
+    ASSERT_EQ(got[i], want) << i;  // small integers and halves: exact in any order
+  }
 }
 
 }  // namespace
