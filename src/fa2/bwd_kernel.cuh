@@ -619,7 +619,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
           __syncwarp();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
           if (!args.deterministic) {
-            // sm80: scalar adds, lanes on consecutive words (two 64-byte segments per add).
+            // sm80: scalar adds, lanes on consecutive words (128 contiguous bytes per add).
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
               const int r = 2 * i + lane / 16, off = dq_tile_offset(r, lane % 16);

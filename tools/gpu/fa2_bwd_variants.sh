@@ -5,7 +5,7 @@
 # takes 128 rows per step, and each CTA starts at its own row block); kt2s = two key tiles with d64
 # on 64 rows per step; inorder = the default with every CTA's rows in ascending order; bulk = dQ
 # tiles added by bulk reductions (sm90).
-# FA2_BWD_VARIANTS="kt2 kt2s" runs a subset.
+# FA2_BWD_VARIANTS="kt1 kt2 kt2s inorder" picks others (the default: kt2 bulk).
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"

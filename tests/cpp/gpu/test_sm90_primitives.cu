@@ -248,8 +248,8 @@ TEST(Sm90Primitives, SetmaxnregNamedBarriersAndElect) {
 
 // ---- bulk reduction ---------------------------------------------------------------------------
 // Each of `warps` warps stages 256 floats (its own values) and adds them to the same global tile
-// with one bulk reduction, twice (the second after waiting for the first's shared-memory reads):
-// the tile ends as the start values plus twice the sum of every warp's values.
+// with one bulk reduction, twice (the second, with every value + 1, after waiting for the first's
+// shared-memory reads): the tile ends as the start values plus both passes' values of every warp.
 __global__ void bulk_reduce_kernel(float* tile) {
 #if defined(FA_SM90A_DEVICE)
   __shared__ __align__(128) float stage[4][256];
