@@ -542,6 +542,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
                             warp * Config::kDqStageFloats;
     // (read on sm90 only; the dropout kernels keep the atomics: no registers to spare)
     const bool bulk_dq = !Config::kDropout && args.dq_bulk && !args.deterministic;
+    // The warp's first dQ tile in dq_accum (whose rows are kHeadDim / 16 tiles wide: dq_cols is
+    // the config's head dim); its other tiles are at compile-time offsets, but for the chunk.
+    float* const dq_warp = args.dq_accum + dq_tile_index(ws_rows + row0 + dq_row_local, dq_col0, Config::kHeadDim);
+    const bool full_rows = row0 + kBlockM <= sq;  // no row of the step past the sequence
+    const int head_dim = int(p.head_dim);
     int* counter = nullptr;
     if (args.deterministic) {
       // Key blocks add to a row block in ascending order: wait for those before this one. The
@@ -556,7 +561,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     for (int chunk = 0; chunk < Config::kColTilesDq / Config::kDqChunkTiles; ++chunk) {
       constexpr int kTiles = Config::kDqChunkTiles;
       const int col_base = dq_col0 + chunk * kTiles * 8;
-      if (col_base >= p.head_dim) break;  // padding columns of dQ are never read
+      if (col_base >= head_dim) break;  // padding columns of dQ are never read
       float dq[kDqM][kTiles][4];
 #pragma unroll
       for (int m = 0; m < kDqM; ++m)
@@ -589,9 +594,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       for (int m = 0; m < kDqM; ++m) {
 #pragma unroll
         for (int t = 0; t < kTiles; t += 2) {
-          if (col_base + t * 8 >= p.head_dim) break;  // (a pair's second tile may be padding: + 0)
+          if (col_base + t * 8 >= head_dim) break;  // (a pair's second tile may be padding: + 0)
           const int tile_row0 = row0 + dq_row_local + m * 16;  // sequence row of the m16 tile's row 0
-          float* const dst_tile = args.dq_accum + dq_tile_index(ws_rows + tile_row0, col_base + t * 8, args.dq_cols);
+          float* const dst_tile = dq_warp + (m * (Config::kHeadDim / 16) + (col_base - dq_col0 + t * 8) / 16) * 256;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           if (bulk_dq && lane == 0) sm90::tma_store_wait_read();  // the previous tile's bulk read
 #endif
@@ -623,7 +628,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
               const int r = 2 * i + lane / 16, off = dq_tile_offset(r, lane % 16);
-              if (tile_row0 + r < sq) atomicAdd(dst_tile + off, dq_stage[off]);
+              if (full_rows || tile_row0 + r < sq) atomicAdd(dst_tile + off, dq_stage[off]);
             }
             continue;
           }
@@ -632,7 +637,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int r = lane / 4 + 8 * i, off = dq_tile_offset(r, (lane % 4) * 4);
-            if (tile_row0 + r >= sq) continue;
+            if (!full_rows && tile_row0 + r >= sq) continue;
             const float4 v = *reinterpret_cast<const float4*>(dq_stage + off);
             float4* const dst = reinterpret_cast<float4*>(dst_tile + off);
             if (args.deterministic) {

@@ -27,6 +27,9 @@ using BwdConfigFor =
 template <typename Config>
 Status launch_bwd_main_config(const BwdArgs& args, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
+  // The kernel lays dq_accum out by its own head dim (dq_tile_index).
+  if (args.dq_cols != Config::kHeadDim)
+    return Status::error(ErrorCode::Internal, "dq", "fa2 bwd: dQ workspace width does not match the kernel's head dim");
   auto kernel = bwd_main_kernel<Config>;
   FLASHATTN_CUDA_CHECK("fa2 bwd: raising the shared-memory limit",
                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
