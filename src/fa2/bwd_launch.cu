@@ -17,6 +17,7 @@ BwdTuning& bwd_tuning() {
     if (const std::string v = env_string("FLASHATTN_FA2_BWD_BLOCK_M"); v == "64" || v == "128") t.block_m = std::stoi(v);
     if (const std::string v = env_string("FLASHATTN_FA2_BWD_ROTATE"); v == "0" || v == "1") t.rotate_rows = v == "1";
     if (const std::string v = env_string("FLASHATTN_FA2_BWD_DQ_BULK"); v == "0" || v == "1") t.dq_bulk = v == "1";
+    if (const std::string v = env_string("FLASHATTN_FA2_BWD_DQ_FIRST"); v == "0" || v == "1") t.dq_first = v == "1";
     return t;
   }();
   return tuning;
@@ -95,6 +96,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   args.deterministic = problem.deterministic;
   args.rotate_rows = bwd_tuning().rotate_rows;
   args.dq_bulk = bwd_tuning().dq_bulk;
+  args.dq_first = bwd_tuning().dq_first;
   args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;

@@ -22,6 +22,9 @@ struct BwdTuning {
   int block_m = 0;
   bool rotate_rows = true;
   bool dq_bulk = false;
+  // dq_first: dQ before dK/dV in the plain-score kernels with P^T in shared memory (two key
+  // tiles; d256); off until measured. FLASHATTN_FA2_BWD_DQ_FIRST=0|1 sets it.
+  bool dq_first = false;
 };
 
 // The process-wide tuning (bwd_launch.cu). Mutable for tests; not synchronised.

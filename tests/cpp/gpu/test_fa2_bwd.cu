@@ -61,6 +61,7 @@ class TuningOverride {
     fa2::bwd_tuning().rotate_rows = rotate_rows;
     fa2::bwd_tuning().dq_bulk = dq_bulk;
   }
+  explicit TuningOverride(const fa2::BwdTuning& tuning) : saved_(fa2::bwd_tuning()) { fa2::bwd_tuning() = tuning; }
   ~TuningOverride() { fa2::bwd_tuning() = saved_; }
   TuningOverride(const TuningOverride&) = delete;
   TuningOverride& operator=(const TuningOverride&) = delete;
@@ -101,6 +102,13 @@ TEST_P(Fa2Backward, BulkDqMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   if (GetParam().dropout_p > 0.f) GTEST_SKIP() << "the dropout kernels keep the atomics";
   const TuningOverride force(0, 0, true, /*dq_bulk=*/true);
+  expect_backward_matches(GetParam(), false);
+}
+
+// dQ (GEMM and adds) before dK/dV.
+TEST_P(Fa2Backward, DqFirstMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TuningOverride force(fa2::BwdTuning{.dq_first = true});
   expect_backward_matches(GetParam(), false);
 }
 
@@ -213,16 +221,25 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 TEST(Fa2BackwardRace, RepeatedRunsAgree) {
   SKIP_WITHOUT_CUDA_DEVICE();
   struct Variant {
-    int head_dim, key_tiles;
-    bool rotate_rows, dq_bulk;
+    int head_dim;
+    fa2::BwdTuning tuning;
+    const char* what;
   };
-  for (auto [head_dim, key_tiles, rotate_rows, dq_bulk] :
-       {Variant{128, 1, true, false}, Variant{128, 2, true, false}, Variant{64, 2, true, false},
-        Variant{128, 2, false, false}, Variant{128, 2, true, true}, Variant{64, 2, true, true},
-        Variant{128, 1, true, true}}) {  // (one key tile: the staging tile in the Q stage, refilled next step)
-    SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles
-                                    << (rotate_rows ? "" : ", rows in order") << (dq_bulk ? ", bulk dQ adds" : ""));
-    const TuningOverride force(key_tiles, 0, rotate_rows, dq_bulk);
+  const Variant variants[] = {
+      {128, {.key_tiles = 1}, "one key tile"},
+      {128, {.key_tiles = 2}, "two key tiles"},
+      {64, {.key_tiles = 2}, "two key tiles, 128 rows per step"},
+      {128, {.key_tiles = 2, .rotate_rows = false}, "rows in order"},
+      {128, {.key_tiles = 2, .dq_bulk = true}, "bulk dQ adds"},
+      {64, {.key_tiles = 2, .dq_bulk = true}, "bulk dQ adds, 128 rows per step"},
+      // (one key tile: the staging tile in the Q stage, refilled next step)
+      {128, {.key_tiles = 1, .dq_bulk = true}, "bulk dQ adds, one key tile"},
+      {256, {.key_tiles = 2, .dq_first = true}, "dQ before dK/dV"},
+      {256, {.key_tiles = 2, .dq_bulk = true, .dq_first = true}, "bulk dQ adds before dK/dV"},
+  };
+  for (const auto& [head_dim, tuning, what] : variants) {
+    SCOPED_TRACE(testing::Message() << "d" << head_dim << ", " << what);
+    const TuningOverride force(tuning);
     const AttentionCase c = two_sequences(2000, 2100, 8, 4, head_dim);
     std::vector<float> first_dq;
     std::vector<uint8_t> first_dk, first_dv;
