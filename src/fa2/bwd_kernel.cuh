@@ -72,9 +72,6 @@ struct BwdArgs {
   // vector atomics from every lane (BwdTuning::dq_bulk; other GPUs, the deterministic mode and
   // the dropout kernels ignore it).
   bool dq_bulk = false;
-  // Plain-score kernels with P^T in shared memory: dQ (its GEMM and adds) before dK/dV instead of
-  // after, so that the adds overlap the dK/dV GEMMs (BwdTuning::dq_first).
-  bool dq_first = false;
   // Atomic mode: CTAs start at different row blocks (BwdTuning::rotate_rows); the deterministic
   // mode keeps ascending order (its counters order the adds by key block).
   bool rotate_rows = false;
@@ -522,25 +519,20 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     }
 
     __syncthreads();  // dS^T (and P^T) of every warp complete
-    // dV += P^T dO and dK += dS^T Q from shared memory (kPInSmem), before or after dQ
-    // (BwdArgs::dq_first): both only read what the barrier above published.
-    const auto dkdv_from_smem = [&] {
-      if constexpr (Config::kPInSmem) {
+    if constexpr (Config::kPInSmem) {
+      // dV += P^T dO and dK += dS^T Q, A operands from shared memory.
 #pragma unroll
-        for (int kstep = 0; kstep < kBlockM / 16; ++kstep) {
-          uint32_t a_p[kKeyTiles][4], a_ds[kKeyTiles][4];
+      for (int kstep = 0; kstep < kBlockM / 16; ++kstep) {
+        uint32_t a_p[kKeyTiles][4], a_ds[kKeyTiles][4];
 #pragma unroll
-          for (int kt = 0; kt < kKeyTiles; ++kt) {
-            const int a_off = key_tile_a_offset(kt, kTStride, kstep * 16);
-            sm80::ldmatrix_x4(a_p[kt], sm80::smem_address(smem_pt + a_off));
-            sm80::ldmatrix_x4(a_ds[kt], sm80::smem_address(smem_dst + a_off));
-          }
-          accumulate_dkdv(kstep, a_p, a_ds);
+        for (int kt = 0; kt < kKeyTiles; ++kt) {
+          const int a_off = key_tile_a_offset(kt, kTStride, kstep * 16);
+          sm80::ldmatrix_x4(a_p[kt], sm80::smem_address(smem_pt + a_off));
+          sm80::ldmatrix_x4(a_ds[kt], sm80::smem_address(smem_dst + a_off));
         }
+        accumulate_dkdv(kstep, a_p, a_ds);
       }
-    };
-    const bool dq_first = Config::kPInSmem && !Config::kGeneralScore && args.dq_first;  // (general: spills)
-    if (!dq_first) dkdv_from_smem();
+    }
 
     // dQ += dS K: M = rows, K = keys. A = dS read transposed from dS^T, B = K read transposed.
     constexpr int kDqM = Config::kDqMTiles;
@@ -662,7 +654,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
         }
       }
     }
-    if (dq_first) dkdv_from_smem();  // (the dQ adds still in flight meanwhile)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The last bulk reduction's read of the staging tile, before the next step's barrier lets the
     // tile (in the Q stage, without kPInSmem) be refilled.

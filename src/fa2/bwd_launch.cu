@@ -16,8 +16,7 @@ BwdTuning& bwd_tuning() {
     if (const std::string v = env_string("FLASHATTN_FA2_BWD_KEY_TILES"); v == "1" || v == "2") t.key_tiles = std::stoi(v);
     if (const std::string v = env_string("FLASHATTN_FA2_BWD_BLOCK_M"); v == "64" || v == "128") t.block_m = std::stoi(v);
     if (const std::string v = env_string("FLASHATTN_FA2_BWD_ROTATE"); v == "0" || v == "1") t.rotate_rows = v == "1";
-    if (const std::string v = env_string("FLASHATTN_FA2_BWD_DQ_BULK"); v == "0" || v == "1") t.dq_bulk = v == "1";
-    if (const std::string v = env_string("FLASHATTN_FA2_BWD_DQ_FIRST"); v == "0" || v == "1") t.dq_first = v == "1";
+    if (const std::string v = env_string("FLASHATTN_FA2_BWD_DQ_BULK"); v == "0" || v == "1") t.dq_bulk = std::stoi(v);
     return t;
   }();
   return tuning;
@@ -95,11 +94,11 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   args.problem = problem;
   args.deterministic = problem.deterministic;
   args.rotate_rows = bwd_tuning().rotate_rows;
-  args.dq_bulk = bwd_tuning().dq_bulk;
-  args.dq_first = bwd_tuning().dq_first;
   args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+  const int dq_bulk = bwd_tuning().dq_bulk;
+  args.dq_bulk = dq_bulk < 0 ? args.dq_cols == 256 : dq_bulk == 1;
   const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;
   args.rows_padded = (rows + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign;
 

@@ -15,16 +15,15 @@ namespace flashattn::fa2 {
 // blocks), so that the CTAs of a head spread their dQ adds over different rows. On by default
 // (H200, 2026-11-29: d256 +1-4 %, d64/d128 within +-1 %). FLASHATTN_FA2_BWD_ROTATE=0|1 sets it.
 // dq_bulk: sm90, atomic mode: each staged 16 x 16 dQ tile is added by one bulk reduction (TMA
-// unit) instead of vector atomics from every lane; off until measured.
-// FLASHATTN_FA2_BWD_DQ_BULK=0|1 sets it.
+// unit) instead of vector atomics from every lane. -1 = by the rule: bulk at d256 (H200,
+// 2026-11-29: +2-4 % there; d64/d128 within +-1 %, docs/PERF.md), 0 = forced atomics, 1 = forced
+// bulk. FLASHATTN_FA2_BWD_DQ_BULK=0|1 sets it.
+// (dQ before dK/dV, to overlap its adds with those GEMMs, measured 3-7 % slower: not kept.)
 struct BwdTuning {
   int key_tiles = 0;
   int block_m = 0;
   bool rotate_rows = true;
-  bool dq_bulk = false;
-  // dq_first: dQ before dK/dV in the plain-score kernels with P^T in shared memory (two key
-  // tiles; d256); off until measured. FLASHATTN_FA2_BWD_DQ_FIRST=0|1 sets it.
-  bool dq_first = false;
+  int dq_bulk = -1;
 };
 
 // The process-wide tuning (bwd_launch.cu). Mutable for tests; not synchronised.

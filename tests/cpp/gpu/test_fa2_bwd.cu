@@ -54,7 +54,7 @@ void expect_backward_matches(const AttentionCase& c, bool deterministic) {
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
 class TuningOverride {
  public:
-  explicit TuningOverride(int key_tiles, int block_m = 0, bool rotate_rows = true, bool dq_bulk = false)
+  explicit TuningOverride(int key_tiles, int block_m = 0, bool rotate_rows = true, int dq_bulk = -1)
       : saved_(fa2::bwd_tuning()) {
     fa2::bwd_tuning().key_tiles = key_tiles;
     fa2::bwd_tuning().block_m = block_m;
@@ -97,18 +97,20 @@ TEST_P(Fa2Backward, ShortD64TilesMatchReference) {
   expect_backward_matches(c, false);
 }
 
-// dQ tiles added by bulk reductions (sm90; elsewhere the atomics run).
+// dQ tiles added by bulk reductions at every head dim (sm90; elsewhere the atomics run). The
+// default takes them at d256 only.
 TEST_P(Fa2Backward, BulkDqMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   if (GetParam().dropout_p > 0.f) GTEST_SKIP() << "the dropout kernels keep the atomics";
-  const TuningOverride force(0, 0, true, /*dq_bulk=*/true);
+  const TuningOverride force(0, 0, true, /*dq_bulk=*/1);
   expect_backward_matches(GetParam(), false);
 }
 
-// dQ (GEMM and adds) before dK/dV.
-TEST_P(Fa2Backward, DqFirstMatchReference) {
+// dQ added by vector atomics at every head dim (the default's d256 takes bulk reductions on sm90).
+TEST_P(Fa2Backward, AtomicDqMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(fa2::BwdTuning{.dq_first = true});
+  if (GetParam().head_dim <= 128 && GetParam().dv() <= 128) GTEST_SKIP() << "the default already takes atomics here";
+  const TuningOverride force(0, 0, true, /*dq_bulk=*/0);
   expect_backward_matches(GetParam(), false);
 }
 
@@ -230,12 +232,12 @@ TEST(Fa2BackwardRace, RepeatedRunsAgree) {
       {128, {.key_tiles = 2}, "two key tiles"},
       {64, {.key_tiles = 2}, "two key tiles, 128 rows per step"},
       {128, {.key_tiles = 2, .rotate_rows = false}, "rows in order"},
-      {128, {.key_tiles = 2, .dq_bulk = true}, "bulk dQ adds"},
-      {64, {.key_tiles = 2, .dq_bulk = true}, "bulk dQ adds, 128 rows per step"},
+      {128, {.key_tiles = 2, .dq_bulk = 1}, "bulk dQ adds"},
+      {64, {.key_tiles = 2, .dq_bulk = 1}, "bulk dQ adds, 128 rows per step"},
       // (one key tile: the staging tile in the Q stage, refilled next step)
-      {128, {.key_tiles = 1, .dq_bulk = true}, "bulk dQ adds, one key tile"},
-      {256, {.key_tiles = 2, .dq_first = true}, "dQ before dK/dV"},
-      {256, {.key_tiles = 2, .dq_bulk = true, .dq_first = true}, "bulk dQ adds before dK/dV"},
+      {128, {.key_tiles = 1, .dq_bulk = 1}, "bulk dQ adds, one key tile"},
+      {256, {}, "the default (bulk dQ adds)"},
+      {256, {.dq_bulk = 0}, "vector atomics"},
   };
   for (const auto& [head_dim, tuning, what] : variants) {
     SCOPED_TRACE(testing::Message() << "d" << head_dim << ", " << what);
