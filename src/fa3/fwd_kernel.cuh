@@ -8,7 +8,8 @@
 // column blocks in the 128-byte swizzle the TMA writes: Q [d/64][kBlockM rows][64], K and V [stage][d/64][kBlockN][64].
 // A consumer computes S = Q K^T (wgmma, both operands in shared memory, K-major), the masked online
 // softmax in registers, then O += P V with P as the register A operand (or, FwdConfig::kPInSmem,
-// from shared memory) and V MN-major.
+// from shared memory) and V MN-major. The epilogue stages O in shared memory for a TMA store
+// (FwdMaps::o_by_tma), or stores it from registers.
 #pragma once
 
 #include <cuda.h>
@@ -20,6 +21,7 @@
 
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
+#include "arch/sm90/accumulator_smem.cuh"
 #include "arch/sm90/mbarrier.cuh"
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/warpgroup.cuh"
@@ -67,18 +69,27 @@ struct FwdConfig {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;   // one stage
   static constexpr int kVBytes = kBlockN * kHeadDimV * 2;  // one stage
   static constexpr int kPBytes = kPInSmem ? 64 * kBlockN * 2 : 0;  // per consumer warpgroup
+  // O staged for the TMA store, [column block of v][kBlockM rows][64]: the last kOBytes of the
+  // V ring (as FA3 does: no room for a buffer of its own at d128 x 176 or d256), which is free
+  // once every warpgroup's last P V is done; the producer loads the next tile's V only after the
+  // store has read it.
+  static constexpr int kOBytes = kBlockM * kHeadDimV * 2;
   // Q, then the K and V rings, the P tiles, then the barriers; every tile 1024-byte aligned for the swizzle.
   static constexpr int kSmemBytes =
       kQBytes + kStages * (kKBytes + kVBytes) + kConsumers * kPBytes + 1024 /*barriers*/ + 1024 /*alignment*/;
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kBlockN % 16 == 0, "tile shape");
   static_assert(!kPInSmem || kBlockN % 64 == 0, "P in shared memory: 64-key column blocks");
+  static_assert(kOBytes <= kStages * kVBytes && (kStages * kVBytes - kOBytes) % 1024 == 0, "O staged in the V ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };
 
 // The tensor maps of one call: 4-D (head_dim, heads, seqlen, batch), innermost first; the box is
 // 64 head-dim elements x 1 head x rows x 1 sequence.
+// o_by_tma: the epilogue stores O through `o` (dense calls whose out the TMA can address), else
+// from registers (varlen: a box past a sequence's end would write the next sequence's rows).
 struct FwdMaps {
-  CUtensorMap q, k, v;
+  CUtensorMap q, k, v, o;
+  int o_by_tma;
 };
 
 template <typename Config>
@@ -106,6 +117,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // Q of the current work tile: full when loaded, empty when every consumer's last S is done.
   uint64_t* q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
   uint64_t* q_empty = q_full + 1;
+  // O of the previous work tile read by its TMA stores: the next tile's V may overwrite the
+  // staging area.
+  uint64_t* o_empty = q_empty + 1;
   // The work tiles the producer picked for the consumers, -1 when none is left (fwd_scheduler.cuh),
   // the CTA's n-th tile in slot n % 2: the consumers read a tile's slot again for its epilogue
   // (cheaper than keeping the tile in a register through the loop), and the producer writes that
@@ -122,6 +136,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     // Every consumer thread arrives on Q empty (not one per warp): each reader of the tile slot
     // releases it itself, and the producer rewrites the slot only after that barrier.
     sm90::mbarrier_init(q_empty, 128 * Config::kConsumers);
+    sm90::mbarrier_init(o_empty, 1);
     sm90::fence_barrier_init();
   }
   __syncthreads();
@@ -171,6 +186,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         if (wt.tile_begin < wt.tile_end) load_tile(pipeline_k, smem_k, &maps.k, kColumnBlocks, wt.tile_begin);
         for (int tile = wt.tile_begin; tile < wt.tile_end; ++tile) {
           if (tile + 1 < wt.tile_end) load_tile(pipeline_k, smem_k, &maps.k, kColumnBlocks, tile + 1);
+          // The previous tile's O staged in the V ring: its stores must have read it. (The barrier
+          // is at most one phase behind: this tile's Q was released after that epilogue's arrivals.)
+          if (tile == wt.tile_begin && maps.o_by_tma && done > 0) sm90::mbarrier_wait(o_empty, (done - 1) & 1u);
           load_tile(pipeline_v, smem_v, &maps.v, kColumnBlocksV, tile);
         }
         uses += uint32_t(wt.tile_end - wt.tile_begin);
@@ -187,7 +205,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
   // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
   // kPBarrier + c: consumer c's P tile written (its 128 threads; P in shared memory only).
-  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = 1, kTurnBarrier = 2, kPBarrier = 5;
+  // kEpilogueBarrier: every consumer's last P V done (O's staging area is in the V ring), then
+  // O staged.
+  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = 1, kTurnBarrier = 2, kPBarrier = 5,
+                     kEpilogueBarrier = 8;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
@@ -210,7 +231,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   for (;;) {
     sm90::mbarrier_wait(q_full, done & 1u);
     const int w = sm90::ld_shared_s32(tile_slot(done));
-    if (w < 0) break;
+    if (w < 0) break;  // (the O stores' reads of shared memory are done: their global writes complete with the grid)
     const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
     const int b = wt.b, h = wt.h;
     const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
@@ -259,26 +280,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       sm90::wgmma_commit();
     };
     // P of the tile just done in softmax, as the next P V reads it: from registers (packed A
-    // fragments) or written to this warpgroup's P tile. Accumulator pair (4i + 2 half, + 1) is row
-    // 16 warp + lane / 4 + 8 half, keys 8i + 2 (lane % 4) + {0, 1}: 16-byte chunk i % 8 of the
-    // row's 128 bytes in column block i / 8, XORed with the row's low three bits (= lane / 4) by
-    // the swizzle; each store instruction hits 32 distinct banks. The previous P V has finished
-    // reading the tile (its wait is in softmax_tile); the barrier makes every warp's stores, fenced
-    // for the async proxy, visible to the warpgroup's next wgmma.
+    // fragments) or written to this warpgroup's P tile. The previous P V has finished reading the
+    // tile (its wait is in softmax_tile); the barrier makes every warp's stores, fenced for the
+    // async proxy, visible to the warpgroup's next wgmma.
     auto write_p = [&]() {
       if constexpr (Config::kPInSmem) {
-        // One base register: row 16 warp + lane / 4 with the swizzle's XOR term (lane / 4) * 16 and
-        // the lane's 4 bytes; chunk i % 8 is then one XOR with a constant (bits 4-6 only), the
-        // column block and the row + 8 half constant offsets.
-        const uint32_t base = sm90::opaque_u32(p_addr + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const uint32_t addr = (base ^ uint32_t((i % 8) * 16)) + (i / 8) * 64 * 128 + half * 8 * 128;
-            const uint32_t packed = sm80::pack2<Element>(s[4 * i + 2 * half], s[4 * i + 2 * half + 1]);
-            sm90::st_shared_s32(addr, int(packed));
-          }
+        constexpr float kUnscaled[2] = {1.f, 1.f};
+        sm90::store_accumulators_sw128<Element, kBlockN, false>(p_addr, s, kUnscaled, warp, lane);
         sm90::fence_async_shared();
         sm90::named_barrier_sync_of<kPBarrier, 128>(consumer);
       } else {
@@ -429,6 +437,33 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const TileHead head = tile_head(p, grid, sm90::ld_shared_s32(tile_slot(done - 1)));
     const int b_out = head.b, h_out = head.h;
     Element* out = static_cast<Element*>(p.out.data);
+    if (maps.o_by_tma) {
+      // Every warpgroup's last P V has read the V ring; then the block's rows, staged by every
+      // warpgroup, go out in one store per column block (rows past the sequence are clipped by
+      // the map) from one thread, which releases the staging area to the producer once the
+      // stores have read it.
+      float inv[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv[r] = row_max[r] == -INFINITY || sum == 0.f ? 0.f : 1.f / sum;
+      }
+      const uint32_t o_tile = v_addr + uint32_t(kStages * Config::kVBytes - Config::kOBytes);
+      sm90::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
+      sm90::store_accumulators_sw128<Element, kHeadDimV, true, kBlockM * 128>(o_tile + consumer * 64 * 128, o, inv, warp, lane);
+      sm90::fence_async_shared();
+      sm90::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
+      if (threadIdx.x == 128) {
+        for (int c = 0; c < kColumnBlocksV; ++c)
+          sm90::tma_store_4d(&maps.o, reinterpret_cast<const void*>(__cvta_shared_to_generic(o_tile + c * kBlockM * 128)), 64 * c,
+                             h_out, (grid.row_blocks - 1 - head.rank) * kBlockM, b_out);
+        sm90::tma_store_commit();
+        sm90::tma_store_wait_read();
+        sm90::mbarrier_arrive(o_empty);
+      }
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[r];
@@ -438,12 +473,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const float inv = empty ? 0.f : 1.f / sum;
       const int row = at.row0 + 8 * r;
       if (row >= sq) continue;
-      Element* out_row = out + p.out.offset(b_out, row, h_out);
+      if (!maps.o_by_tma) {
+        Element* out_row = out + p.out.offset(b_out, row, h_out);
 #pragma unroll
-      for (int i = 0; i < kORegs; i += 4) {
-        const int col = 8 * (i / 4) + 2 * at.quad;
-        if (col < p.head_dim_v)
-          *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
+        for (int i = 0; i < kORegs; i += 4) {
+          const int col = 8 * (i / 4) + 2 * at.quad;
+          if (col < p.head_dim_v)
+            *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
+        }
       }
       // The running max is in the score units of the softmax (see fwd_softmax.cuh): times the
       // scale folded into exp2 (scale_log2 / log2(e), read here rather than kept in a register),

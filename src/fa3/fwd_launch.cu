@@ -68,6 +68,7 @@ FwdTuning& fwd_tuning() {
     if (const std::string v = env_string("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144" || v == "176")
       t.d128_block_n = std::stoi(v);
     if (const std::string v = env_string("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
+    if (const std::string v = env_string("FLASHATTN_FA3_TMA_STORE"); v == "0" || v == "1") t.tma_store_o = std::stoi(v);
     if (const std::string v = env_string("FLASHATTN_FA3_SECTION_MB"); !v.empty()) t.section_mb = std::max(0, std::atoi(v.c_str()));
     return t;
   }();
@@ -98,7 +99,16 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* ma
   if (v_view.data == nullptr) v_view.data = p.q.data;
   if (Status st = map_rows(&maps->k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, uint32_t(block_n)); !st.ok())
     return st;
-  return map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n));
+  if (Status st = map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n)); !st.ok())
+    return st;
+  // O by TMA stores where the map can be built: dense calls (see FwdMaps) whose out is 16-byte
+  // aligned with 16-byte strides; the others store from registers.
+  maps->o_by_tma = 0;
+  if (fwd_tuning().tma_store_o != 0 && !varlen && p.out.cu_seqlens == nullptr && p.out.block_table == nullptr &&
+      p.out.batch_index == nullptr &&
+      map_rows(&maps->o, p.out, p.out_dtype, p.head_dim_v, p.heads_q, query_rows, p.batch, uint32_t(block_m)).ok())
+    maps->o_by_tma = 1;
+  return {};
 }
 
 Status check(const AttnProblem& p) {

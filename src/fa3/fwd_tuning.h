@@ -28,6 +28,9 @@ struct FwdTuning {
   // head per section (H200, same run, against 0: causal d256 +7-11 % at 1k-8k, d128 +1-7 %, d64
   // +3-5 %; 16 and 32 alike, 64 worse at d128/d256 short lengths).
   int section_mb = 16;
+  // The epilogue's O through shared memory and TMA stores (dense calls whose out the TMA can
+  // address; FwdMaps::o_by_tma): -1 = by the rule (on), 0 = stores from registers, 1 = on.
+  int tma_store_o = -1;
 };
 
 // The process-wide tuning (fwd_launch.cu). Mutable for tests; not synchronised: set it before

@@ -152,6 +152,14 @@ TEST_P(Fa3ForwardPersistent, PingPongOnMatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
+// O stored from registers (the default stages it in the V ring for TMA stores on dense calls: each
+// CTA's next tile then waits for the stores before loading V).
+TEST_P(Fa3ForwardPersistent, RegisterStoresMatchReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) { t.tma_store_o = 0; });
+  expect_fa3_matches_reference(GetParam());
+}
+
 // d64 on 192 x 192 with P through shared memory: each CTA reuses its P tiles across work tiles.
 TEST_P(Fa3ForwardPersistent, PInSharedMemoryMatchesReference) {
   SKIP_WITHOUT_SM90();
@@ -246,15 +254,17 @@ TEST_P(Fa3ForwardUnequalTiles, CtaPerTileMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardUnequalTiles, ::testing::ValuesIn(unequal_tile_cases()), ParamTestName());
 
 // A race shows as results that move between runs: persistent (several tiles per CTA) at d128
-// (the 144- and 176-key tiles) and d64 (three consumer warpgroups), and causal on a CTA per tile and on the
-// dynamic schedule (the order of the tiles moves between runs; the results must not).
+// (the 144- and 176-key tiles), d64 (three consumer warpgroups) and d256 (O's staging area spans
+// both V stages), and causal on a CTA per tile and on the dynamic schedule (the order of the
+// tiles moves between runs; the results must not).
 TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
   // (d64: 192 x 128 tiles with 2304 keys, 192 x 192 with P through shared memory with 2300, the
   // last key tile ragged.)
   for (auto [d, causal, sk, dynamic] : {std::tuple{128, false, 2304, false}, std::tuple{128, false, 2816, false},
                                         std::tuple{64, false, 2304, false}, std::tuple{64, false, 2300, false},
-                                        std::tuple{128, true, 1500, false}, std::tuple{128, true, 1500, true}}) {
+                                        std::tuple{256, false, 1300, false}, std::tuple{128, true, 1500, false},
+                                        std::tuple{128, true, 1500, true}}) {
     const TuningOverride force([dynamic = dynamic, p_smem = sk == 2300](fa3::FwdTuning& t) {
       t.dynamic_schedule = dynamic;
       t.d64_consumers = 3;  // the size rule would give this shape two
