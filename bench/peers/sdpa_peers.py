@@ -1,9 +1,11 @@
 """Times torch SDPA's FLASH_ATTENTION (FlashAttention-2 inside PyTorch) and CUDNN_ATTENTION
 backends over the peers grid, on inputs in our (batch, seqlen, heads, dim) layout (SDPA gets the
 transposed view, as a user of that layout calls it). Prints one row per case: the same columns as
-flashattn_bench's peers grid, so the two tables can be joined in the same run.
+flashattn_bench's peers grid, so the two tables can be joined in the same run. First it times a
+bf16 GEMM (8192^3, cuBLAS through torch.matmul): the tensor-core rate the GPU reaches in that run,
+beside which the attention numbers are read.
 
-usage: python3 bench/peers/sdpa_peers.py [--direction fwd|bwd|both] [--json FILE]
+usage: python3 bench/peers/sdpa_peers.py [--direction fwd|bwd|both] [--json FILE] [--gemm-only]
 """
 import argparse
 import json
@@ -30,13 +32,23 @@ def median_ms(fn, warmup=3, repeats=10):
     return times[len(times) // 2]
 
 
+def gemm_tflops(n=8192):
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    ms = median_ms(lambda: torch.matmul(a, b), warmup=5, repeats=20)
+    return 2 * n**3 / ms / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--direction", default="fwd", choices=["fwd", "bwd", "both"])
     ap.add_argument("--json")
+    ap.add_argument("--gemm-only", action="store_true", help="time the bf16 GEMM only")
     args = ap.parse_args()
     rows = []
     print(f"# torch {torch.__version__} | {torch.cuda.get_device_name()} | bf16 | peers grid")
+    print(f"# bf16 GEMM 8192^3 (cuBLAS, torch.matmul): {gemm_tflops():.1f} TFLOP/s")
+    if args.gemm_only:
+        return
     print(f"{'backend':10} {'batch':>5} {'seqlen':>7} {'heads':>5} {'d':>4} {'causal':>6} {'dir':>4} {'ms':>9} {'TFLOP/s':>8}")
     for d in (64, 128, 256):
         for seqlen in (512, 1024, 2048, 4096, 8192, 16384):

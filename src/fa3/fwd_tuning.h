@@ -29,7 +29,8 @@ struct FwdTuning {
   // +3-5 %; 16 and 32 alike, 64 worse at d128/d256 short lengths).
   int section_mb = 16;
   // The epilogue's O through shared memory and TMA stores (dense calls whose out the TMA can
-  // address; FwdMaps::o_by_tma): -1 = by the rule (on), 0 = stores from registers, 1 = on.
+  // address; FwdMaps::o_by_tma): -1 = by the rule (fwd_launch.cu: value head dims from 128),
+  // 0 = stores from registers, 1 = on.
   int tma_store_o = -1;
 };
 

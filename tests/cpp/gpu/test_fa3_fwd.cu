@@ -152,11 +152,18 @@ TEST_P(Fa3ForwardPersistent, PingPongOnMatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
-// O stored from registers (the default stages it in the V ring for TMA stores on dense calls: each
-// CTA's next tile then waits for the stores before loading V).
+// O stored each way: from registers, and staged in the V ring for TMA stores (each CTA's next tile
+// then waits for the stores before loading V). The default takes TMA stores on dense calls from
+// a value head dim of 128.
 TEST_P(Fa3ForwardPersistent, RegisterStoresMatchReference) {
   SKIP_WITHOUT_SM90();
   const TuningOverride force([](fa3::FwdTuning& t) { t.tma_store_o = 0; });
+  expect_fa3_matches_reference(GetParam());
+}
+
+TEST_P(Fa3ForwardPersistent, TmaStoresMatchReference) {
+  SKIP_WITHOUT_SM90();
+  const TuningOverride force([](fa3::FwdTuning& t) { t.tma_store_o = 1; });
   expect_fa3_matches_reference(GetParam());
 }
 
