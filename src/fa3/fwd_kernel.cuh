@@ -441,7 +441,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       // Every warpgroup's last P V has read the V ring; then the block's rows, staged by every
       // warpgroup, go out in one store per column block (rows past the sequence are clipped by
       // the map) from one thread, which releases the staging area to the producer once the
-      // stores have read it.
+      // stores have read it. That thread's read wait also orders the next tile's staging after
+      // these stores when no V load comes between (a tile without keys): keep it before the
+      // next epilogue barrier.
       float inv[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
