@@ -437,6 +437,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     const TileHead head = tile_head(p, grid, sm90::ld_shared_s32(tile_slot(done - 1)));
     const int b_out = head.b, h_out = head.h;
     Element* out = static_cast<Element*>(p.out.data);
+    // Each row's sum (the quad's four parts) and its normaliser; 0 for a row that saw no key.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+      inv[r] = row_max[r] == -INFINITY || row_sum[r] == 0.f ? 0.f : 1.f / row_sum[r];
+    }
     if (maps.o_by_tma) {
       // Every warpgroup's last P V has read the V ring; then the block's rows, staged by every
       // warpgroup, go out in one store per column block (rows past the sequence are clipped by
@@ -444,14 +452,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       // stores have read it. That thread's read wait also orders the next tile's staging after
       // these stores when no V load comes between (a tile without keys): keep it before the
       // next epilogue barrier.
-      float inv[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv[r] = row_max[r] == -INFINITY || sum == 0.f ? 0.f : 1.f / sum;
-      }
       const uint32_t o_tile = v_addr + uint32_t(kStages * Config::kVBytes - Config::kOBytes);
       sm90::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
       sm90::store_accumulators_sw128<Element, kHeadDimV, true, kBlockM * 128>(o_tile + consumer * 64 * 128, o, inv, warp, lane);
@@ -468,11 +468,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const bool empty = row_max[r] == -INFINITY || sum == 0.f;
-      const float inv = empty ? 0.f : 1.f / sum;
       const int row = at.row0 + 8 * r;
       if (row >= sq) continue;
       if (!maps.o_by_tma) {
@@ -481,7 +476,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         for (int i = 0; i < kORegs; i += 4) {
           const int col = 8 * (i / 4) + 2 * at.quad;
           if (col < p.head_dim_v)
-            *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv, o[i + 2 * r + 1] * inv);
+            *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv[r], o[i + 2 * r + 1] * inv[r]);
         }
       }
       // The running max is in the score units of the softmax (see fwd_softmax.cuh): times the
@@ -489,7 +484,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       // it is a natural-log logit.
       const float max_scale = Config::kGeneralScore ? 1.f : p.score.scale;
       if (at.quad == 0 && p.lse.defined())
-        p.lse.data[p.lse.offset(b_out, row, h_out)] = empty ? -INFINITY : row_max[r] * max_scale + logf(sum);
+        p.lse.data[p.lse.offset(b_out, row, h_out)] =
+            row_max[r] == -INFINITY || row_sum[r] == 0.f ? -INFINITY : row_max[r] * max_scale + logf(row_sum[r]);
     }
   }
 #endif
