@@ -54,13 +54,6 @@ void expect_backward_matches(const AttentionCase& c, bool deterministic) {
 // Forces the backward's tuning (fa2/bwd_tuning.h) for one scope, restoring it after.
 class TuningOverride {
  public:
-  explicit TuningOverride(int key_tiles, int block_m = 0, bool rotate_rows = true, int dq_bulk = -1)
-      : saved_(fa2::bwd_tuning()) {
-    fa2::bwd_tuning().key_tiles = key_tiles;
-    fa2::bwd_tuning().block_m = block_m;
-    fa2::bwd_tuning().rotate_rows = rotate_rows;
-    fa2::bwd_tuning().dq_bulk = dq_bulk;
-  }
   explicit TuningOverride(const fa2::BwdTuning& tuning) : saved_(fa2::bwd_tuning()) { fa2::bwd_tuning() = tuning; }
   ~TuningOverride() { fa2::bwd_tuning() = saved_; }
   TuningOverride(const TuningOverride&) = delete;
@@ -81,7 +74,7 @@ TEST_P(Fa2Backward, MatchesReference) {
 // shared memory allow (plain scores without dropout).
 TEST_P(Fa2Backward, OneKeyTileMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(1);
+  const TuningOverride force({.key_tiles = 1});
   expect_backward_matches(GetParam(), false);
 }
 
@@ -93,7 +86,7 @@ TEST_P(Fa2Backward, ShortD64TilesMatchReference) {
   if (c.head_dim > 64 || c.dv() > 64) GTEST_SKIP() << "d64 kernels only";
   if (c.softcap > 0.f || c.alibi != 0 || c.dropout_p > 0.f)
     GTEST_SKIP() << "two key tiles take plain scores without dropout only";
-  const TuningOverride force(2, 64);
+  const TuningOverride force({.key_tiles = 2, .block_m = 64});
   expect_backward_matches(c, false);
 }
 
@@ -102,7 +95,7 @@ TEST_P(Fa2Backward, ShortD64TilesMatchReference) {
 TEST_P(Fa2Backward, BulkDqMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   if (GetParam().dropout_p > 0.f) GTEST_SKIP() << "the dropout kernels keep the atomics";
-  const TuningOverride force(0, 0, true, /*dq_bulk=*/1);
+  const TuningOverride force({.dq_bulk = 1});
   expect_backward_matches(GetParam(), false);
 }
 
@@ -110,14 +103,14 @@ TEST_P(Fa2Backward, BulkDqMatchReference) {
 TEST_P(Fa2Backward, AtomicDqMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
   if (GetParam().head_dim <= 128 && GetParam().dv() <= 128) GTEST_SKIP() << "the default already takes atomics here";
-  const TuningOverride force(0, 0, true, /*dq_bulk=*/0);
+  const TuningOverride force({.dq_bulk = 0});
   expect_backward_matches(GetParam(), false);
 }
 
 // Every CTA taking its row blocks in ascending order (the default rotates the start, atomic mode).
 TEST_P(Fa2Backward, InOrderRowsMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(0, 0, /*rotate_rows=*/false);
+  const TuningOverride force({.rotate_rows = false});
   expect_backward_matches(GetParam(), false);
 }
 
@@ -132,7 +125,7 @@ TEST_P(Fa2BackwardDeterministic, MatchesReference) {
 
 TEST_P(Fa2BackwardDeterministic, OneKeyTileMatchReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const TuningOverride force(1);
+  const TuningOverride force({.key_tiles = 1});
   expect_backward_matches(GetParam(), true);
 }
 
@@ -199,7 +192,7 @@ TEST(Fa2BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   for (auto [head_dim, key_tiles, block_m] : {Variant{128, 1, 0}, Variant{128, 2, 0}, Variant{64, 2, 0}, Variant{64, 2, 64}}) {
     SCOPED_TRACE(testing::Message() << "d" << head_dim << ", key tiles per warp " << key_tiles << ", rows per step "
                                     << (block_m == 0 ? "by the rule" : "64"));
-    const TuningOverride force(key_tiles, block_m);
+    const TuningOverride force({.key_tiles = key_tiles, .block_m = block_m});
     AttentionCase c = two_sequences(700, 900, 8, 2, head_dim);
     c.causal = true;
     std::vector<uint8_t> first[3];
