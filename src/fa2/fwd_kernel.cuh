@@ -2,7 +2,8 @@
 //
 // One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 * kMTiles
 // rows (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN
-// keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile;
+// keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile
+// (or, FwdConfig::kStages = 1, FA2's split one-stage pipeline with two);
 // S = Q K^T and O += P V run on m16n8k16 MMAs, with P handed from the S accumulators to the A
 // operand in registers (and Q's fragments kept in registers where that does not spill).
 // Shared-memory rows are padded by 16 bytes, which keeps ldmatrix free of bank conflicts for
@@ -38,7 +39,7 @@ inline constexpr int kSmemPerSm = 228 * 1024;
 #endif
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_,
-          bool kGeneralScore_ = true, bool kQInRegs_ = false>
+          bool kGeneralScore_ = true, bool kQInRegs_ = false, int kStages_ = 2>
 struct FwdConfig {
   using Element = Element_;
   // Dropout is a template flag: its Philox state would otherwise take registers from every call.
@@ -55,7 +56,11 @@ struct FwdConfig {
                                                             // loaded once serve all of them
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowStride = kHeadDim + 8;  // elements; +16 bytes against bank conflicts
-  static constexpr int kStages = 2;
+  // K/V stages: 2 = the next tile's K and V load during this tile's math (one barrier per tile);
+  // 1 = FA2's split pipeline in half the shared memory (two CTAs per SM at d256 on sm90): V loads
+  // during S = Q K^T, the next K during the softmax and P V (two barriers per tile).
+  static constexpr int kStages = kStages_;
+  static_assert(kStages == 1 || kStages == 2, "one or two K/V stages");
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
@@ -149,36 +154,45 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
   const bool kv_paged = p.k.block_table != nullptr || p.v.block_table != nullptr;
   const StridedTileLoader<Config, kBlockN> k_loader(p.k, b, hk, int(p.head_dim));
   const StridedTileLoader<Config, kBlockN> v_loader(p.v, b, hk, int(p.head_dim_v));
-  const auto load_kv = [&](int tile, int stage) {
+  const auto load_k = [&](int tile, int stage) {
     const int key0 = tile * kBlockN;
     Element* k_dst = smem_k + stage * Config::kSmemKV;
+    if (kv_paged) load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), k_dst);
+    else k_loader.load(key0, sk - key0, k_dst);
+  };
+  const auto load_v = [&](int tile, int stage) {
+    const int key0 = tile * kBlockN;
     Element* v_dst = smem_v + stage * Config::kSmemKV;
-    if (kv_paged) {
-      load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), k_dst);
-      load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), v_dst);
-    } else {
-      k_loader.load(key0, sk - key0, k_dst);
-      v_loader.load(key0, sk - key0, v_dst);
-    }
+    if (kv_paged) load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), v_dst);
+    else v_loader.load(key0, sk - key0, v_dst);
   };
 
   if (tile_begin < tile_end) {
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
-    load_kv(tile_begin, 0);
+    load_k(tile_begin, 0);
+    if constexpr (Config::kStages == 2) load_v(tile_begin, 0);
     sm80::cp_async_commit();
   }
 
   uint32_t q_frag[Config::kQInRegs ? Config::kHeadDim / 16 : 1][kMTiles][4];
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int stage = (tile - tile_begin) & 1;
-    // One barrier per tile: it publishes this tile's copies and tells that every warp is done
-    // with the previous tile, whose stage then takes the prefetch of the next one. (Prefetching
-    // before the wait needs a second barrier per tile, at its end, to free the stage; both
-    // versions overlap the next tile's loads with this tile's math.)
+    const int stage = Config::kStages == 2 ? (tile - tile_begin) & 1 : 0;
+    // Two stages: one barrier per tile; it publishes this tile's copies and tells that every warp
+    // is done with the previous tile, whose stage then takes the prefetch of the next one.
+    // (Prefetching before the wait needs a second barrier per tile, at its end, to free the stage;
+    // both versions overlap the next tile's loads with this tile's math.) One stage: the barrier
+    // publishes this tile's K and frees V (every warp's previous P V is done), which then loads
+    // during S = Q K^T.
     sm80::cp_async_wait<0>();
     __syncthreads();
-    if (tile + 1 < tile_end) {
-      load_kv(tile + 1, stage ^ 1);
+    if constexpr (Config::kStages == 2) {
+      if (tile + 1 < tile_end) {
+        load_k(tile + 1, stage ^ 1);
+        load_v(tile + 1, stage ^ 1);
+        sm80::cp_async_commit();
+      }
+    } else {
+      load_v(tile, 0);
       sm80::cp_async_commit();
     }
 
@@ -229,6 +243,16 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
           sm80::mma_m16n8k16<Element>(s[m][t], a[m], bk[0], bk[1]);
           sm80::mma_m16n8k16<Element>(s[m][t + 1], a[m], bk[2], bk[3]);
         }
+      }
+    }
+    if constexpr (Config::kStages == 1) {
+      // This tile's V landed, and every warp is done reading K: the next K loads during the
+      // softmax and P V.
+      sm80::cp_async_wait<0>();
+      __syncthreads();
+      if (tile + 1 < tile_end) {
+        load_k(tile + 1, 0);
+        sm80::cp_async_commit();
       }
     }
 

@@ -77,7 +77,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   return {};
 }
 
-// Tile experiments: FLASHATTN_FA2_FWD_VARIANT=1, 2 or 3 picks an alternative tiling of the plain
+// Tile experiments: FLASHATTN_FA2_FWD_VARIANT=1, 2, 3 or 4 (d256 only) picks an alternative tiling of the plain
 // (no dropout, softcap or ALiBi) kernels, 0 the base tiles (bench and tests; unset is the default).
 int tile_variant() {
   static const int variant = [] {
@@ -120,6 +120,9 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
+    // d256 as torch's FA2 runs it on an H200: 64x64, 4 warps, one K/V stage (101 KB: two CTAs per
+    // SM, which cover each other's barriers and softmax; static SASS, docs/PERF.md). Not yet measured.
+    if (variant == 4 && dim > 224) return launch<FwdConfig<Element, 256, 64, 64, 4, false, false, false, 1>>(p, stream);
     // d256 at 128x64 with 8 warps: half the key tiles of 64x32 per row block, and twice the
     // keys per barrier; 198 KB of shared memory, one CTA per SM. The default where the GPU has the
     // shared memory (sm90: 227 KB; H200 2026-11-29: +13-18 % over 64x32 at 2k/8k, causal and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a GPU machine: times the FA2 forward's alternative tilings (FLASHATTN_FA2_FWD_VARIANT=0..3,
+# On a GPU machine: times the FA2 forward's alternative tilings (FLASHATTN_FA2_FWD_VARIANT=0..4,
 # see src/fa2/fwd_launch.cu) at seqlen 8k for d 64/128/256, causal and not, and prints one line per
 # run. Used to choose the default tiles; results go to docs/PERF.md.
 set -euo pipefail
@@ -11,7 +11,7 @@ want_tests=OFF
 fa_gtest_available && want_tests=ON  # same configuration as tools/gpu/test.sh: no rebuild after it
 fa_gpu_configure "$log" "$want_tests" >/dev/null || fa_die "configure failed (see $log)"
 fa_build "$FA_GPU_BUILD" flashattn_bench >>"$log" 2>&1 || fa_die "build failed (see $log)"
-for variant in 0 1 2 3; do
+for variant in 0 1 2 3 4; do
   for d in 64 128 256; do
     for causal in 0 1; do
       FLASHATTN_FA2_FWD_VARIANT=$variant "$FA_GPU_BUILD/bench/flashattn_bench" --backend fa2 \
