@@ -120,7 +120,7 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
       if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
       return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
     }
-    // d256 as torch's FA2 runs it on an H200: 64x64, 4 warps, one K/V stage (101 KB: two CTAs per
+    // d256 as torch's FA2 runs it on an H200: 64x64, 4 warps, one K/V stage (99 KB: two CTAs per
     // SM, which cover each other's barriers and softmax; static SASS, docs/PERF.md). Not yet measured.
     if (variant == 4 && dim > 224) return launch<FwdConfig<Element, 256, 64, 64, 4, false, false, false, 1>>(p, stream);
     // d256 at 128x64 with 8 warps: half the key tiles of 64x32 per row block, and twice the
