@@ -26,6 +26,7 @@
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
 #include "arch/sm90/tma.cuh"
+#include "arch/sm90/reduce.cuh"
 #include "fa2/tile_load.cuh"
 #include "common/mask.h"
 #include "common/philox.h"
@@ -647,7 +648,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
               __stcg(dst, make_float4(old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w));
             } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              atomicAdd(dst, v);  // sm90: one vector reduction
+              sm90::red_add_v4(reinterpret_cast<float*>(dst), v);  // sm90: one vector reduction
 #endif
             }
           }

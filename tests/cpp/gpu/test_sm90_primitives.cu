@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arch/sm90/mbarrier.cuh"
+#include "arch/sm90/reduce.cuh"
 #include "arch/sm90/tensor_map.h"
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/warpgroup.cuh"
@@ -284,6 +285,38 @@ TEST(Sm90Primitives, BulkReduceAddsStagedTiles) {
     for (int pass = 0; pass < 2; ++pass)
       for (int w = 0; w < 4; ++w) want += float((w + 1) * (i % 17) + pass);
     ASSERT_EQ(got[i], want) << i;  // small integers and halves: exact in any order
+  }
+}
+
+// ---- vector reduction -------------------------------------------------------------------------
+// 256 threads each add a float4 to one of 16 slots of 4 floats (16 threads per slot, as the dQ
+// adds of different CTAs meet): every slot ends as its start plus all 16 contributions.
+__global__ void red_add_v4_kernel(float* slots) {
+#if defined(FA_SM90A_DEVICE)
+  const int t = threadIdx.x, slot = t % 16;
+  sm90::red_add_v4(slots + 4 * slot, make_float4(float(t), 0.5f * float(t), -float(t % 7), 1.f));
+#endif
+}
+
+TEST(Sm90Primitives, RedAddV4AddsEveryContribution) {
+  SKIP_WITHOUT_SM90();
+  DeviceArray<float> slots(64);
+  std::vector<float> start(64);
+  for (int i = 0; i < 64; ++i) start[i] = 0.25f * float(i);
+  CUDA_CHECK(cudaMemcpy(slots.ptr, start.data(), 64 * 4, cudaMemcpyHostToDevice));
+  red_add_v4_kernel<<<1, 256>>>(slots.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> got(64);
+  CUDA_CHECK(cudaMemcpy(got.data(), slots.ptr, 64 * 4, cudaMemcpyDeviceToHost));
+  for (int slot = 0; slot < 16; ++slot) {
+    float want[4] = {start[4 * slot], start[4 * slot + 1], start[4 * slot + 2], start[4 * slot + 3]};
+    for (int t = slot; t < 256; t += 16) {
+      want[0] += float(t);
+      want[1] += 0.5f * float(t);
+      want[2] += -float(t % 7);
+      want[3] += 1.f;
+    }
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(got[4 * slot + i], want[i]) << slot << "," << i;  // exact: small halves
   }
 }
 
