@@ -163,6 +163,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
         if (!wt.valid) continue;
         sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
+        // The previous tile's O staged in the V ring must have been read by its stores before this
+        // tile's first V load (below). Every phase of that barrier is waited, a tile without keys
+        // included (compute-sanitizer synccheck: "missing wait"); for such a tile the wait comes
+        // before it is published, or its own epilogue could complete the next phase first.
+        const bool o_staging_busy = maps.o_by_tma && done > 0;
+        if (o_staging_busy && wt.tile_begin == wt.tile_end) sm90::mbarrier_wait(o_empty, (done - 1) & 1u);
         sm90::st_shared_s32(tile_slot(done), w);
         const int q_first = varlen ? p.lens.cu_seqlens_q[wt.b] : 0;
         const int k_first = varlen ? p.lens.cu_seqlens_k[wt.b] : 0;
@@ -186,9 +192,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         if (wt.tile_begin < wt.tile_end) load_tile(pipeline_k, smem_k, &maps.k, kColumnBlocks, wt.tile_begin);
         for (int tile = wt.tile_begin; tile < wt.tile_end; ++tile) {
           if (tile + 1 < wt.tile_end) load_tile(pipeline_k, smem_k, &maps.k, kColumnBlocks, tile + 1);
-          // The previous tile's O staged in the V ring: its stores must have read it. (The barrier
-          // is at most one phase behind: this tile's Q was released after that epilogue's arrivals.)
-          if (tile == wt.tile_begin && maps.o_by_tma && done > 0) sm90::mbarrier_wait(o_empty, (done - 1) & 1u);
+          // (The barrier is at most one phase behind: the Q-empty wait above came after the
+          // arrival of the epilogue before the previous one, and this tile's epilogue needs this V.)
+          if (tile == wt.tile_begin && o_staging_busy) sm90::mbarrier_wait(o_empty, (done - 1) & 1u);
           load_tile(pipeline_v, smem_v, &maps.v, kColumnBlocksV, tile);
         }
         uses += uint32_t(wt.tile_end - wt.tile_begin);
