@@ -33,6 +33,7 @@
 #include "common/problem.h"
 #include "common/score.h"
 #include "fa2/bwd_sync.cuh"
+#include "fa2/dq_layout.h"
 
 namespace flashattn::fa2 {
 
@@ -41,21 +42,10 @@ inline constexpr int kBwdRowAlign = 128;
 // The smallest kBlockM of any backward config (sizes the deterministic-mode counters).
 inline constexpr int kBwdMinBlockM = 64;
 
-// Element (r, c) of a 16 x 16 dQ tile, r and c < 16, in the staging tile and in dq_accum: row-major
-// with the column XORed with 8 on rows with bit 1 set (conflict-free float2 stores of the MMA
-// accumulators and float4 reads of rows).
-__host__ __device__ __forceinline__ int dq_tile_offset(int r, int c) { return r * 16 + (c ^ (r & 2) * 4); }
-
-// The 16 x 16 tile of dq_accum holding workspace row `ws_row` (its sequence's base + row) and
-// column `col`.
-__host__ __device__ __forceinline__ int64_t dq_tile_index(int64_t ws_row, int col, int dq_cols) {
-  return ((ws_row / 16) * (dq_cols / 16) + col / 16) * 256;
-}
-
 // What the backward kernels read and write besides the problem. Workspace layouts, with
 // R = rows_padded: lse_log2, delta: [batch][heads_q][R]; dq_accum: [batch][heads_q][R / 16]
-// [dq_cols / 16][256], 16 x 16 tiles in the order of the main kernel's dQ staging tile
-// (dq_tile_offset), so that a staged tile is added as one contiguous kilobyte;
+// [dq_cols / 16][256], 16 x 16 tiles in the order of the main kernel's MMA accumulators
+// (dq_tile_offset), so that a tile is added as two contiguous 512-byte halves;
 // dq_counters: [batch][heads_q][R / kBwdMinBlockM].
 struct BwdArgs {
   BwdProblem problem;
@@ -547,7 +537,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     // The warp's first dQ tile in dq_accum (whose rows are kHeadDim / 16 tiles wide: dq_cols is
     // the config's head dim); its other tiles are at compile-time offsets, but for the chunk.
     float* const dq_warp = args.dq_accum + dq_tile_index(ws_rows + row0 + dq_row_local, dq_col0, Config::kHeadDim);
-    const bool full_rows = row0 + kBlockM <= sq;  // no row of the step past the sequence
     const int head_dim = int(p.head_dim);
     int* counter = nullptr;
     if (args.deterministic) {
@@ -588,70 +577,58 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
           }
         }
       }
-      // Through the staging tile, two n8 tiles of one m16 tile at a time: thread (group, quad)
-      // stores its float2s at (row, col) = (group + 8 * half, 8 * j + 2 * quad); the column is
-      // XORed with 8 on rows with bit 1 set, which keeps the stores and the row-major reads free
-      // of bank conflicts.
+      // Each pair of n8 tiles of an m16 tile is one 16 x 16 tile of dq_accum, its n8 half j the
+      // float4s of the lanes' accumulators dq[m][t + j] (dq_tile_offset). sm90 atomics and the
+      // deterministic adds go straight from registers; the bulk reductions (sm90) and sm80's
+      // scalar atomics go through the warp's staging tile. Rows past the sequence add zeros (their
+      // P is 0) to workspace rows that the conversion never reads.
 #pragma unroll
       for (int m = 0; m < kDqM; ++m) {
 #pragma unroll
         for (int t = 0; t < kTiles; t += 2) {
           if (col_base + t * 8 >= head_dim) break;  // (a pair's second tile may be padding: + 0)
-          const int tile_row0 = row0 + dq_row_local + m * 16;  // sequence row of the m16 tile's row 0
           float* const dst_tile = dq_warp + (m * (Config::kHeadDim / 16) + (col_base - dq_col0 + t * 8) / 16) * 256;
+          auto half_of = [&](int j) { return make_float4(dq[m][t + j][0], dq[m][t + j][1], dq[m][t + j][2], dq[m][t + j][3]); };
+          if (args.deterministic) {
+            // This CTA is the only writer now; read around L1, which may hold an older copy.
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float4* const dst = reinterpret_cast<float4*>(dst_tile + j * 128 + lane * 4);
+              const float4 old = __ldcg(dst), v = half_of(j);
+              __stcg(dst, make_float4(old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w));
+            }
+            continue;
+          }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          if (bulk_dq && lane == 0) sm90::tma_store_wait_read();  // the previous tile's bulk read
+          if (!bulk_dq) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) sm90::red_add_v4(dst_tile + j * 128 + lane * 4, half_of(j));  // one vector reduction each
+            continue;
+          }
+          if (lane == 0) sm90::tma_store_wait_read();  // the previous tile's bulk read
 #endif
           __syncwarp();  // the previous pair's reads of the staging tile are done
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int r = group + 8 * half;
-              *reinterpret_cast<float2*>(dq_stage + dq_tile_offset(r, 8 * j + 2 * quad)) =
-                  make_float2(dq[m][t + j][2 * half], dq[m][t + j][2 * half + 1]);
-            }
+          for (int j = 0; j < 2; ++j) *reinterpret_cast<float4*>(dq_stage + j * 128 + lane * 4) = half_of(j);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          if (bulk_dq) {
-            // The whole tile in one reduction; rows past the sequence add zeros (P is 0 there).
-            sm90::fence_async_shared();  // the stores, before the TMA unit reads them
-            __syncwarp();
-            if (lane == 0) {
-              sm90::bulk_reduce_add(dst_tile, dq_stage, 256 * sizeof(float));
-              sm90::tma_store_commit();
-            }
-            continue;
-          }
-#endif
+          // The whole tile in one reduction.
+          sm90::fence_async_shared();  // the stores, before the TMA unit reads them
           __syncwarp();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-          if (!args.deterministic) {
-            // sm80: scalar adds, lanes on consecutive words (128 contiguous bytes per add).
+          if (lane == 0) {
+            sm90::bulk_reduce_add(dst_tile, dq_stage, 256 * sizeof(float));
+            sm90::tma_store_commit();
+          }
+#else
+          // sm80: scalar adds, lanes on consecutive words (128 contiguous bytes per add).
+          __syncwarp();
+          const bool full_rows = row0 + kBlockM <= sq;  // no row of the step past the sequence
+          const int tile_row0 = row0 + dq_row_local + m * 16;  // sequence row of the m16 tile's row 0
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const int r = 2 * i + lane / 16, off = dq_tile_offset(r, lane % 16);
-              if (full_rows || tile_row0 + r < sq) atomicAdd(dst_tile + off, dq_stage[off]);
-            }
-            continue;
+          for (int i = 0; i < 8; ++i) {
+            const int off = 32 * i + lane;
+            if (full_rows || tile_row0 + dq_tile_row(off) < sq) atomicAdd(dst_tile + off, dq_stage[off]);
           }
 #endif
-          // Four consecutive columns per lane: 512 contiguous bytes per instruction.
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int r = lane / 4 + 8 * i, off = dq_tile_offset(r, (lane % 4) * 4);
-            if (!full_rows && tile_row0 + r >= sq) continue;
-            const float4 v = *reinterpret_cast<const float4*>(dq_stage + off);
-            float4* const dst = reinterpret_cast<float4*>(dst_tile + off);
-            if (args.deterministic) {
-              // This CTA is the only writer now; read around L1, which may hold an older copy.
-              const float4 old = __ldcg(dst);
-              __stcg(dst, make_float4(old.x + v.x, old.y + v.y, old.z + v.z, old.w + v.w));
-            } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              sm90::red_add_v4(reinterpret_cast<float*>(dst), v);  // sm90: one vector reduction
-#endif
-            }
-          }
         }
       }
     }
