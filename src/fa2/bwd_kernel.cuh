@@ -115,8 +115,9 @@ struct BwdConfig {
   static constexpr int kWarpsDqCols = kWarps / kWarpsDqRows;
   static constexpr int kColTilesDq = kHeadDim / kWarpsDqCols / 8;
   static constexpr int kDqChunkTiles = kColTilesDq < 4 ? kColTilesDq : 4;
-  // dQ leaves the MMA accumulators through a per-warp fp32 staging tile of 16 rows x 16 columns
-  // (two n8 tiles), read back row-major so that the adds to dq_accum are coalesced. Without
+  // For the sm90 bulk reductions and sm80's scalar atomics, dQ leaves the MMA accumulators through
+  // a per-warp fp32 staging tile of 16 rows x 16 columns (two n8 tiles; the other paths add
+  // straight from registers). Without
   // kPInSmem it lives in the current Q stage (no longer read once dS^T is complete); with
   // kPInSmem (whose dK/dV loop still reads Q after that barrier) in its own area.
   static constexpr int kDqStageFloats = 16 * 16;
@@ -581,7 +582,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       // float4s of the lanes' accumulators dq[m][t + j] (dq_tile_offset). sm90 atomics and the
       // deterministic adds go straight from registers; the bulk reductions (sm90) and sm80's
       // scalar atomics go through the warp's staging tile. Rows past the sequence add zeros (their
-      // P is 0) to workspace rows that the conversion never reads.
+      // Q and dO rows load as zeros and their LSE is +inf: P and dS are 0) to workspace rows that
+      // the conversion never reads.
 #pragma unroll
       for (int m = 0; m < kDqM; ++m) {
 #pragma unroll
