@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/cuda_status.h"
+#include "common/env.h"
 #include "common/split_kv.h"
 #include "fa2/fa2_backend.h"
 #include "fa2/fwd_kernel.cuh"
@@ -81,8 +82,8 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
 // (no dropout, softcap or ALiBi) kernels, 0 the base tiles (bench and tests; unset is the default).
 int tile_variant() {
   static const int variant = [] {
-    const char* v = std::getenv("FLASHATTN_FA2_FWD_VARIANT");
-    return v != nullptr ? std::atoi(v) : -1;
+    const std::string v = env_string("FLASHATTN_FA2_FWD_VARIANT");
+    return v.empty() ? -1 : std::atoi(v.c_str());
   }();
   return variant;
 }

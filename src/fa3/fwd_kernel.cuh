@@ -445,11 +445,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     Element* out = static_cast<Element*>(p.out.data);
     // Each row's sum (the quad's four parts) and its normaliser; 0 for a row that saw no key.
     float inv[2];
+    bool empty[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
       row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-      inv[r] = row_max[r] == -INFINITY || row_sum[r] == 0.f ? 0.f : 1.f / row_sum[r];
+      empty[r] = row_max[r] == -INFINITY || row_sum[r] == 0.f;
+      inv[r] = empty[r] ? 0.f : 1.f / row_sum[r];
     }
     if (maps.o_by_tma) {
       // Every warpgroup's last P V has read the V ring; then the block's rows, staged by every
@@ -490,8 +492,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       // it is a natural-log logit.
       const float max_scale = Config::kGeneralScore ? 1.f : p.score.scale;
       if (at.quad == 0 && p.lse.defined())
-        p.lse.data[p.lse.offset(b_out, row, h_out)] =
-            row_max[r] == -INFINITY || row_sum[r] == 0.f ? -INFINITY : row_max[r] * max_scale + logf(row_sum[r]);
+        p.lse.data[p.lse.offset(b_out, row, h_out)] = empty[r] ? -INFINITY : row_max[r] * max_scale + logf(row_sum[r]);
     }
   }
 #endif
