@@ -120,7 +120,7 @@ class CudaRunner final : public Runner {
     views.dq = dq.view();
     views.dk = dk.view();
     views.dv = dv.view();
-    const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_);
+    const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_, settings_.deterministic);
     return time_calls([&] { return bwd(bp); }, row);
   }
 

@@ -57,6 +57,7 @@ std::optional<Plan> make_plan(const fb::Options& o, std::string* error) {
   plan.settings.warmup = o.warmup.value_or(plan.on_gpu ? 3 : 1);
   plan.settings.repeats = o.repeats.value_or(plan.on_gpu ? 10 : 3);
   plan.settings.naive = o.naive && !plan.on_gpu;
+  plan.settings.deterministic = o.deterministic;
   plan.settings.naive_max_bytes = o.naive_max_bytes;
   plan.settings.device = o.device;
   if (plan.on_gpu) {

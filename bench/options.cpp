@@ -40,6 +40,7 @@ and the max |difference| of the outputs.
   --naive-max-bytes N[k|m|g]   run the naive reference only where seqlen_q*seqlen_k*8 bytes fit
                                (default 1g)
   --no-naive                   skip the naive reference
+  --deterministic              backward in its deterministic mode (bitwise reproducible dQ)
   --device N                   CUDA device (default 0)
   --json FILE                  also write every row as JSON
   -h, --help                   this text
@@ -170,6 +171,10 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       o.help = true;
+      continue;
+    }
+    if (arg == "--deterministic") {
+      o.deterministic = true;
       continue;
     }
     if (arg == "--no-naive") {

@@ -24,6 +24,7 @@ struct Options {
   int threads = 0;  // CPU threads, 0 = all
   std::size_t naive_max_bytes = std::size_t(1) << 30;
   bool naive = true;
+  bool deterministic = false;  // --deterministic: the backward's deterministic mode
   int device = 0;  // CUDA device
   bool help = false;
 };

@@ -25,8 +25,10 @@ inline FwdParams make_fwd_params(const Shape& s, const AttentionViews& t, Backen
   return p;
 }
 
-inline BwdParams make_bwd_params(const Shape& s, const AttentionViews& t, Backend backend, void* stream = nullptr) {
+inline BwdParams make_bwd_params(const Shape& s, const AttentionViews& t, Backend backend, void* stream = nullptr,
+                                 bool deterministic = false) {
   BwdParams p;
+  p.deterministic = deterministic;
   p.q = t.q;
   p.k = t.k;
   p.v = t.v;

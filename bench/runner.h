@@ -19,6 +19,7 @@ struct RunSettings {
   int warmup = 1;
   int repeats = 3;
   bool naive = true;  // host only
+  bool deterministic = false;  // backward mode
   std::size_t naive_max_bytes = std::size_t(1) << 30;
   int device = 0;  // CUDA only
 };

@@ -1,5 +1,7 @@
-"""Joins flashattn_bench JSON files with sdpa_peers.py's JSON (all from the same run) into one table:
-per (d, causal, seqlen, direction) the TFLOP/s of each backend and ours / torch-fa2, ours / cudnn.
+"""Joins flashattn_bench JSON files with a peers JSON (sdpa_peers.py's, or fa3_bench.py's with
+FlashAttention-3 beside cuDNN and torch's FA2; all from the same run) into one table: per
+(d, causal, seqlen, direction) the TFLOP/s of each backend and ours / fa3, ours / torch-fa2,
+ours / cudnn (for the peers present).
 
 usage: python3 bench/peers/join.py PEERS.json OURS.json [OURS2.json ...] > table.md
 """
@@ -27,7 +29,7 @@ def main():
             if name not in names:
                 names.append(name)
     ours = [n for n in names if n.startswith("ours-")]
-    ratios = [(o, p) for o in ours for p in ("torch-fa2", "cudnn") if p in names]
+    ratios = [(o, p) for o in ours for p in ("fa3", "torch-fa2", "cudnn") if p in names]
     header = ["d", "causal", "seqlen", "dir"] + names + [f"{o[5:]}/{p}" for o, p in ratios]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

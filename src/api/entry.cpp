@@ -106,10 +106,11 @@ Status run_bwd(Target target, const BwdProblem& problem, [[maybe_unused]] void* 
     case Target::Cpu: return cpu::bwd(problem);
 #if defined(FLASHATTN_WITH_CUDA)
     case Target::Fa2: return fa2::bwd(problem, stream);
+    case Target::Fa3: return fa3::bwd(problem, stream);
 #else
     case Target::Fa2:
-#endif
     case Target::Fa3: break;
+#endif
   }
   return kernels_not_built(target);
 }

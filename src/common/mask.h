@@ -94,6 +94,16 @@ FA_HD RowKeys row_keys_32(MaskParams m, int row, int seqlen_q, int seqlen_k) {
   return {begin, end};
 }
 
+// The transpose of row_keys_32: the query rows [begin, end) that see `key` (empty when begin >=
+// end; none for a key at or past seqlen_k), under the same conditions.
+FA_HD RowKeys key_rows_32(MaskParams m, int key, int seqlen_q, int seqlen_k) {
+  if (key >= seqlen_k) return {0, 0};
+  const int shifted = key - (seqlen_k - seqlen_q);  // the row whose diagonal is `key`
+  const int begin = m.window_right >= 0 && shifted - m.window_right > 0 ? shifted - m.window_right : 0;
+  const int end = m.window_left >= 0 && shifted + m.window_left + 1 < seqlen_q ? shifted + m.window_left + 1 : seqlen_q;
+  return {begin, end};
+}
+
 // True when every (row, key) of the tile is visible, so the tile needs no per-element mask.
 FA_HD bool tile_fully_visible(MaskParams m, int64_t row_begin, int64_t row_end, int64_t key_begin,
                               int64_t key_end, int64_t seqlen_q, int64_t seqlen_k) {

@@ -35,4 +35,29 @@ FA_HD float logit_grad_factor(ScoreParams p, float capped_logit) {
   return p.scale;
 }
 
+// score_to_logit and logit_grad_factor at once, with the divisions done once per call
+// (score_factors): kernels apply this per element, where a division is a slow-path call.
+struct ScoreFactors {
+  float scale, softcap, scale_over_cap;
+};
+FA_HD ScoreFactors score_factors(ScoreParams p) {
+  return {p.scale, p.softcap, p.softcap > 0.f ? p.scale / p.softcap : 0.f};
+}
+// On the GPU tanh is the special-function unit's approximation (2^-11 relative error, below the
+// bf16/fp16 rounding of the results); tanhf there is a branchy sequence per element.
+FA_HD float logit_with_grad(const ScoreFactors& f, float s, float* grad) {
+  if (f.softcap > 0.f) {
+#if defined(__CUDA_ARCH__)
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(s * f.scale_over_cap));
+#else
+    const float t = tanhf(s * f.scale_over_cap);
+#endif
+    *grad = f.scale * (1.f - t * t);
+    return f.softcap * t;
+  }
+  *grad = f.scale;
+  return s * f.scale;
+}
+
 }  // namespace flashattn

@@ -1,8 +1,9 @@
 // FlashAttention-2 backward on mma.sync tensor cores (sm80+).
 //
 // Three kernels, enqueued by bwd_launch.cu:
-//   1. preprocess: D = rowsum(dO * O) and LSE * log2(e) per (row, query head) into a workspace
-//      (rows padded; padding rows and rows that saw no key get LSE = +inf, hence P = 0);
+//   1. preprocess (src/cuda/bwd_row_stats.cuh, shared with FA3): D = rowsum(dO * O) and
+//      LSE * log2(e) per (row, query head) into a workspace (rows padded; padding rows and rows
+//      that saw no key get LSE = +inf, hence P = 0);
 //   2. main: one CTA per (key block of kBlockN keys, kv head, sequence). K and V stay in shared
 //      memory; the CTA loops over the query heads of its GQA group and the row blocks that can see
 //      its keys, recomputes S^T = K Q^T and dP^T = V dO^T with the keys as the MMA's M dimension,
@@ -32,7 +33,7 @@
 #include "common/philox.h"
 #include "common/problem.h"
 #include "common/score.h"
-#include "fa2/bwd_sync.cuh"
+#include "cuda/ordered_adds.cuh"
 #include "fa2/dq_layout.h"
 
 namespace flashattn::fa2 {
@@ -546,7 +547,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       const int rows_here_end = row0 + kBlockM < sq ? row0 + kBlockM : sq;
       const int first_block = int(visible_keys(p.mask, row0, rows_here_end, sq, sk).begin / kBlockN);
       counter = args.dq_counters + (b * p.heads_q + h) * (args.rows_padded / kBwdMinBlockM) + row0 / kBlockM;
-      if (threadIdx.x == 0) bwd_wait_counter(counter, int(blockIdx.x) - first_block);
+      if (threadIdx.x == 0) gpu::bwd_wait_counter(counter, int(blockIdx.x) - first_block);
       __syncthreads();
     }
 #pragma unroll 1
@@ -642,7 +643,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
     if (barrier_at_end) {
       if (args.deterministic) __threadfence();  // this CTA's dQ adds visible before the counter moves
       __syncthreads();  // every warp is done with this stage and with dS^T before they are refilled
-      if (args.deterministic && threadIdx.x == 0) bwd_signal_counter(counter);
+      if (args.deterministic && threadIdx.x == 0) gpu::bwd_signal_counter(counter);
     }
     next_step(cur);
   }
@@ -671,54 +672,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
       if (col < p.head_dim_v)
         *reinterpret_cast<uint32_t*>(dv_row + col) = sm80::pack2<Element>(dv_acc[kt][t][2 * half], dv_acc[kt][t][2 * half + 1]);
     }
-  }
-}
-
-// Two consecutive elements as floats.
-template <typename Element>
-__device__ __forceinline__ float2 load2_as_float(const Element* p);
-template <>
-__device__ __forceinline__ float2 load2_as_float<__half>(const __half* p) {
-  return __half22float2(*reinterpret_cast<const __half2*>(p));
-}
-template <>
-__device__ __forceinline__ float2 load2_as_float<__nv_bfloat16>(const __nv_bfloat16* p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-}
-
-// D = rowsum(dO * O) and LSE * log2(e): one warp per row. Grid (rows_padded / 8, heads_q, batch).
-inline constexpr int kBwdPreprocessRowsPerCta = 8;
-
-template <typename Element>
-__global__ void __launch_bounds__(32 * kBwdPreprocessRowsPerCta) bwd_preprocess_kernel(const BwdArgs args) {
-  const BwdProblem& bp = args.problem;
-  const AttnProblem& p = bp.fwd;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int row = int(blockIdx.x) * kBwdPreprocessRowsPerCta + int(threadIdx.x / 32);
-  const int lane = threadIdx.x % 32;
-  if (row >= args.rows_padded) return;
-  const int64_t ws = (b * p.heads_q + h) * args.rows_padded + row;
-  if (row >= p.lens.q(b)) {  // padding: P = 0 there
-    if (lane == 0) {
-      args.lse_log2[ws] = INFINITY;
-      args.delta[ws] = 0.f;
-    }
-    return;
-  }
-  const Element* o_row = static_cast<const Element*>(p.out.data) + p.out.offset(b, row, h);
-  const Element* do_row = static_cast<const Element*>(bp.dout.data) + bp.dout.offset(b, row, h);
-  float sum = 0.f;
-  for (int c = 2 * lane; c < p.head_dim_v; c += 64) {
-    const float2 o = load2_as_float(o_row + c), d = load2_as_float(do_row + c);
-    sum += o.x * d.x + o.y * d.y;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) {
-    const float lse = p.lse.data[p.lse.offset(b, row, h)];
-    // A row that saw no key has LSE -inf and no gradient: +inf makes its P exactly 0.
-    args.lse_log2[ws] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
-    args.delta[ws] = sum;
   }
 }
 

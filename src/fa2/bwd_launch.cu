@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "cuda/bwd_row_stats.cuh"
 #include "fa2/bwd_main.cuh"
 #include "fa2/fa2_backend.h"
 
@@ -58,10 +59,8 @@ template <typename Element>
 Status run_kernels(const BwdArgs& args, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
   const unsigned heads = unsigned(p.heads_q), batch = unsigned(p.batch);
-  bwd_preprocess_kernel<Element>
-      <<<dim3(unsigned(args.rows_padded / kBwdPreprocessRowsPerCta), heads, batch), 32 * kBwdPreprocessRowsPerCta, 0,
-         stream>>>(args);
-  FLASHATTN_CUDA_CHECK("fa2 bwd: preprocess kernel launch", cudaGetLastError());
+  FLASHATTN_CUDA_CHECK("fa2 bwd: preprocess kernel launch",
+                       gpu::launch_bwd_row_stats<Element>(args.problem, {args.lse_log2, args.delta, args.rows_padded}, stream));
   const Status st = launch_main<Element>(args, stream);
   if (!st.ok()) return st;
   bwd_convert_dq_kernel<Element>

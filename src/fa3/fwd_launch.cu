@@ -6,56 +6,15 @@
 #include <cstdlib>
 #include <string>
 
-#include "arch/sm90/tensor_map.h"
 #include "common/env.h"
 #include "fa3/fa3_backend.h"
 #include "fa3/fwd_launch.cuh"
+#include "fa3/launch_common.h"
 
 namespace flashattn::fa3 {
 namespace {
 
 Status unsupported(const std::string& why) { return Status::error(ErrorCode::Unsupported, "q", "fa3 fwd: " + why); }
-
-// (head_dim, heads, seqlen, batch) with a 64 x 1 x rows x 1 box. Varlen (cu_seqlens set): all
-// `seqlen` rows as one sequence (batch extent 1); the kernel adds cu_seqlens[b] to the row.
-Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim, int64_t heads, int64_t seqlen,
-                int64_t batch, uint32_t box_rows) {
-  const bool varlen = view.cu_seqlens != nullptr;
-  sm90::TensorMapShape shape;
-  shape.rank = 4;
-  shape.sizes[0] = uint64_t(dim);
-  shape.sizes[1] = uint64_t(heads);
-  shape.sizes[2] = uint64_t(seqlen);
-  shape.sizes[3] = uint64_t(varlen ? 1 : batch);
-  const uint64_t strides[3] = {uint64_t(view.head_stride) * 2, uint64_t(view.row_stride) * 2, uint64_t(view.batch_stride) * 2};
-  // A dimension of extent 1 is never stepped, but the encode wants every stride a multiple of 16
-  // bytes and the caller's stride of such a dimension may be anything (varlen: the batch): it gets
-  // the packed stride, the extent of the dimensions below it.
-  uint64_t packed = uint64_t(dim) * 2;
-  for (int d = 1; d < 4; ++d) {
-    shape.strides_bytes[d - 1] = shape.sizes[d] == 1 ? (packed + 15) / 16 * 16 : strides[d - 1];
-    packed = shape.strides_bytes[d - 1] * shape.sizes[d];
-  }
-  shape.box[0] = 64;
-  shape.box[1] = 1;
-  shape.box[2] = box_rows;
-  shape.box[3] = 1;
-  return sm90::encode_tensor_map_sw128(map, view.data, dtype, shape);
-}
-
-// Upper bounds of every sequence's lengths that hold whatever max_seqlen a varlen caller passed (it
-// is not checked against cu_seqlens on the device): a varlen sequence lies within q's and k's rows.
-struct SeqlenBounds {
-  int64_t q, k;
-};
-
-SeqlenBounds seqlen_bounds(const AttnProblem& p) {
-  const bool varlen = p.lens.cu_seqlens_q != nullptr;
-  return {varlen ? p.lens.total_q : p.lens.seqlen_q, varlen ? p.lens.total_k : p.lens.seqlen_k};
-}
-
-// The head dim a call runs at: the next multiple of 64 (validation caps head dims at 256).
-int kernel_head_dim(int64_t head_dim) { return int(std::min<int64_t>((head_dim + 63) / 64 * 64, 256)); }
 
 }  // namespace
 
@@ -73,15 +32,6 @@ FwdTuning& fwd_tuning() {
     return t;
   }();
   return tuning;
-}
-
-int sm_count() {
-  // A host-side attribute lookup (no driver round trip), cheap enough per launch.
-  int device = 0, n = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      n <= 0)
-    return 132;
-  return n;
 }
 
 Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps) {
@@ -136,10 +86,7 @@ Status check(const AttnProblem& p) {
 }
 
 Status fwd(const AttnProblem& p, void* stream) {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-    return Status::error(ErrorCode::CudaError, "", "fa3 fwd: cannot read the device");
-  if (major != 9) return unsupported("needs an sm90 GPU");
+  if (Status st = require_sm90("fa3 fwd"); !st.ok()) return st;
   if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;

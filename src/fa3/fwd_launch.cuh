@@ -10,12 +10,10 @@
 #include "common/cuda_status.h"
 #include "fa3/fwd_kernel.cuh"
 #include "fa3/fwd_tuning.h"
+#include "fa3/launch_common.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
-
-// Multiprocessors of the current device (fwd_launch.cu).
-int sm_count();
 
 // Tensor maps of q, k, v for kBlockM-row Q boxes and kBlockN-row K/V boxes (fwd_launch.cu).
 Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps);

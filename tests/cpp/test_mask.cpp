@@ -1,6 +1,8 @@
 // The mask rules of common/mask.h that kernels rely on: clamp_windows keeps every (row, key)
 // visibility of any window, and the 32-bit per-row key interval of clamped windows (row_keys_32, the
-// FA3 forward's mask) equals visible_keys, for rows past seqlen_q too (a last row block's padding).
+// FA3 forward's mask) equals visible_keys, for rows past seqlen_q too (a last row block's padding);
+// its transpose per key (key_rows_32, the FA3 backward's mask) agrees with key_visible and
+// visible_rows.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -51,6 +53,47 @@ TEST(MaskWindows, ThirtyTwoBitIntervalOfClampedWindowsMatchesVisibleKeys) {
             } else {
               EXPECT_EQ(got.begin, want.begin) << "sq " << sq << " sk " << sk << " window " << left << "," << right << " row " << row;
               EXPECT_EQ(got.end, want.end) << "sq " << sq << " sk " << sk << " window " << left << "," << right << " row " << row;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MaskWindows, ThirtyTwoBitRowsOfAKeyMatchKeyVisible) {
+  for (int sq : {1, 5, 64, 77}) {
+    for (int sk : {0, 1, 6, 64, 90}) {
+      for (int left : kWindows) {
+        for (int right : kWindows) {
+          const MaskParams c = clamp_windows(MaskParams{left, right}, sq, sk);
+          for (int key = 0; key <= sk + 3; ++key) {
+            const RowKeys rows = key_rows_32(c, key, sq, sk);
+            for (int row = 0; row < sq; ++row)
+              ASSERT_EQ(row >= rows.begin && row < rows.end, key_visible(c, row, key, sq, sk))
+                  << "sq " << sq << " sk " << sk << " window " << left << "," << right << " key " << key << " row " << row;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MaskWindows, ThirtyTwoBitRowsOfAKeyMatchVisibleRowsOnLongSequences) {
+  for (int sq : {1, 77, 1 << 20, (1 << 30) - 7}) {
+    for (int sk : {1, 90, (1 << 30) - 7}) {
+      for (int left : kWindows) {
+        for (int right : kWindows) {
+          const MaskParams c = clamp_windows(MaskParams{left, right}, sq, sk);
+          for (int key : {0, 1, sk / 2, sk - 1}) {
+            if (key >= sk) continue;  // (visible_rows takes keys of the sequence)
+            const KeyRange want = visible_rows(c, key, key + 1, sq, sk);
+            const RowKeys got = key_rows_32(c, key, sq, sk);
+            if (want.empty()) {
+              EXPECT_GE(got.begin, got.end) << "sq " << sq << " sk " << sk << " key " << key;
+            } else {
+              EXPECT_EQ(got.begin, want.begin) << "sq " << sq << " sk " << sk << " window " << left << "," << right << " key " << key;
+              EXPECT_EQ(got.end, want.end) << "sq " << sq << " sk " << sk << " window " << left << "," << right << " key " << key;
             }
           }
         }

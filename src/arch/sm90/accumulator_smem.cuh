@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "arch/sm80/math.cuh"
+#include "arch/sm80/mma.cuh"
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/wgmma.cuh"
 
@@ -30,6 +31,41 @@ __device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const fl
       const uint32_t packed = kScaled ? sm80::pack2<Element>(x * scale[half], y * scale[half]) : sm80::pack2<Element>(x, y);
       st_shared_s32(addr, int(packed));
     }
+}
+
+
+// The same layout from accumulators already packed as wgmma A fragments (pack_fragments below):
+// fragment kk, register e holds accumulator pair (4i + 2 half, + 1) with i = 2kk + e / 2,
+// half = e % 2, so the tile is written without the fp32 values kept live.
+template <int kColumns, int kBlockBytes = 64 * 128>
+__device__ __forceinline__ void store_fragments_sw128(uint32_t tile, const uint32_t (&frag)[kColumns / 16][4], int warp, int lane) {
+  const uint32_t base = opaque_u32(tile + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
+#pragma unroll
+  for (int kk = 0; kk < kColumns / 16; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 2 * kk + e / 2, half = e % 2;
+      st_shared_s32((base ^ uint32_t((i % 8) * 16)) + (i / 8) * kBlockBytes + half * 8 * 128, int(frag[kk][e]));
+    }
+}
+
+// Accumulators of an m64nN tile as the register A operand of a wgmma whose K dimension is the
+// tile's N: k16 step kk is accumulators 8kk .. 8kk + 7, packed in pairs.
+template <typename Element, int kRegs>
+__device__ __forceinline__ void pack_fragments(uint32_t (&frag)[kRegs / 8][4], const float (&acc)[kRegs]) {
+#pragma unroll
+  for (int kk = 0; kk < kRegs / 8; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) frag[kk][e] = sm80::pack2<Element>(acc[8 * kk + 2 * e], acc[8 * kk + 2 * e + 1]);
+}
+
+// Keeps fragments that an async wgmma reads live (and unmoved) until after its wait.
+template <int kCount>
+__device__ __forceinline__ void fence_fragments(uint32_t (&frag)[kCount][4]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(frag[i][e])::"memory");
 }
 
 }  // namespace flashattn::sm90

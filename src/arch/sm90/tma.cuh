@@ -28,6 +28,11 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void*
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, coords, smem);
 }
 
+// `bytes` contiguous bytes from global to shared memory (both 16-byte aligned, a multiple of 16),
+// completing on `bar` like a TMA load (count them in its expect-tx).
+__device__ __forceinline__ void bulk_load(void* smem, const void* global, uint32_t bytes, uint64_t* bar) {
+  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, global, bytes, bar);
+}
 // global[i] += shared[i] over `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte
 // aligned), by the TMA unit: one instruction for a whole staged tile. A bulk group, as the stores.
 __device__ __forceinline__ void bulk_reduce_add(float* global, const float* smem, uint32_t bytes) {
@@ -37,6 +42,11 @@ __device__ __forceinline__ void bulk_reduce_add(float* global, const float* smem
 __device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
 // Waits until the stores' (and bulk reductions') shared-memory reads are done (the buffer may then be reused).
 __device__ __forceinline__ void tma_store_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
+// Waits until at most kPending of the newest groups still read shared memory.
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read_pending() {
+  cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<kPending>{});
+}
 // Waits until they are complete (their global writes done).
 __device__ __forceinline__ void tma_store_wait() { cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{}); }
 
@@ -51,11 +61,25 @@ __device__ __forceinline__ int ld_shared_s32(uint32_t smem_addr) {
   return value;
 }
 
+// Two floats at smem_addr + kOffset: the constant offset rides in the instruction, so loads at
+// several offsets from one base need one address register.
+template <int kOffset = 0>
+__device__ __forceinline__ float2 ld_shared_f32x2(uint32_t smem_addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2 + %3];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_addr), "n"(kOffset) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_f32x4(uint32_t smem_addr, float x, float y, float z, float w) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
 // 16 zero bytes at a shared-memory address (smem_u32).
 __device__ __forceinline__ void st_shared_zero16(uint32_t smem_addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr), "r"(0u) : "memory");
 }
 
+// Orders this thread's generic-proxy global accesses (an acquire of another CTA's release) before
+// its later async-proxy ones (bulk reductions) on global memory.
+__device__ __forceinline__ void fence_async_global() { cuda::ptx::fence_proxy_async(cuda::ptx::space_global); }
 // Ordinary shared-memory stores must be fenced before the async proxy (TMA, wgmma) reads them.
 __device__ __forceinline__ void fence_async_shared() { cuda::ptx::fence_proxy_async(cuda::ptx::space_shared); }
 

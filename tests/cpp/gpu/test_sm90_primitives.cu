@@ -1,6 +1,7 @@
 // The sm90 primitive layer (src/arch/sm90) on the device: TMA loads with the 128-byte swizzle on
-// an mbarrier, wgmma with shared-memory descriptors (K-major A and B) and with A from registers
-// and an MN-major B, setmaxnreg with named barriers and elect, bulk reductions. Skips without an
+// an mbarrier, wgmma with shared-memory descriptors (K-major A and B, MN-major A and B) and with
+// A from registers and an MN-major B, setmaxnreg with named barriers and elect, bulk copies and
+// bulk reductions. Skips without an
 // sm90 GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/warpgroup.cuh"
 #include "arch/sm90/wgmma.cuh"
+#include "arch/sm90/wgmma_gemm.cuh"
 #include "gpu_test_util.h"
 
 namespace flashattn::gpu_test {
@@ -205,6 +207,79 @@ TEST(Sm90Primitives, WgmmaRegisterAAndMnMajorBMatchTheHost) {
   std::vector<float> got(64 * 64);
   CUDA_CHECK(cudaMemcpy(got.data(), dc.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
   EXPECT_LT(max_rel_error(got, host_product(p, v, /*b_n_major=*/false)), 1e-5);
+}
+
+// ---- wgmma: C(64 x 64) = A B with A and B both MN-major (given as (k, m) and (k, n)) ----------
+// The backward's dQ = dS K: A read transposed (imm-trans-a) and the first k16 step overwriting
+// C (ss_first), through the wgmma_mm chain of arch/sm90/wgmma_gemm.cuh.
+__global__ void wgmma_mm_kernel(const __grid_constant__ CUtensorMap map_at, const __grid_constant__ CUtensorMap map_b, float* c) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ alignas(1024) __nv_bfloat16 at[64 * 64];
+  __shared__ alignas(1024) __nv_bfloat16 b[64 * 64];
+  __shared__ uint64_t bar;
+  load_tiles_and_wait<2>({&map_at, &map_b}, {at, b}, 0, 0, &bar);
+  float d[32];
+  for (int i = 0; i < 32; ++i) d[i] = __int_as_float(0x7fc00000);  // NaN: ss_first must not read it
+  sm90::wgmma_mm<__nv_bfloat16, 64, 64, true>(d, sm90::smem_u32(at), 64 * 128, sm90::smem_u32(b), 64 * 128);
+  sm90::wgmma_wait<0>();
+  sm90::fence_accumulators(d);
+  store_accumulators_64(d, c);
+#endif
+}
+
+TEST(Sm90Primitives, WgmmaMnMajorAAndBMatchTheHost) {
+  SKIP_WITHOUT_SM90();
+  const auto at = random_bf16(64 * 64, 6), b = random_bf16(64 * 64, 7);  // at: (k, m), b: (k, n)
+  DeviceArray<__nv_bfloat16> dat(at.size()), db(b.size());
+  DeviceArray<float> dc(64 * 64);
+  CUDA_CHECK(cudaMemcpy(dat.ptr, at.data(), at.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(db.ptr, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(dc.ptr, 0xff, 64 * 64 * 4));
+  wgmma_mm_kernel<<<1, 128>>>(map_2d(dat.ptr, 64, 64, 64), map_2d(db.ptr, 64, 64, 64), dc.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> got(64 * 64);
+  CUDA_CHECK(cudaMemcpy(got.data(), dc.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<double> want(64 * 64, 0.0);
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n)
+      for (int k = 0; k < 64; ++k)
+        want[m * 64 + n] += double(__bfloat162float(at[k * 64 + m])) * double(__bfloat162float(b[k * 64 + n]));
+  EXPECT_LT(max_rel_error(got, want), 1e-5);
+}
+
+// ---- bulk copy: 256 floats from global memory into shared memory on an mbarrier ---------------
+__global__ void bulk_load_kernel(const float* src, float* out) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ alignas(128) float dst[256];
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(&bar, 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(&bar, 256 * 4);
+    sm90::bulk_load(dst, src + 64, 192 * 4, &bar);  // two copies on one barrier
+    sm90::bulk_load(dst + 192, src, 64 * 4, &bar);
+  }
+  sm90::mbarrier_wait(&bar, 0);
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) out[i] = dst[i];
+#endif
+}
+
+TEST(Sm90Primitives, BulkLoadLandsOnItsBarrier) {
+  SKIP_WITHOUT_SM90();
+  std::vector<float> host(256);
+  for (int i = 0; i < 256; ++i) host[size_t(i)] = 0.25f * float(i) - 3.f;
+  DeviceArray<float> src(256), out(256);
+  CUDA_CHECK(cudaMemcpy(src.ptr, host.data(), 256 * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(out.ptr, 0xff, 256 * 4));
+  bulk_load_kernel<<<1, 128>>>(src.ptr, out.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> got(256);
+  CUDA_CHECK(cudaMemcpy(got.data(), out.ptr, 256 * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 192; ++i) ASSERT_EQ(got[size_t(i)], host[size_t(i + 64)]) << i;
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(got[size_t(192 + i)], host[size_t(i)]) << i;
 }
 
 // ---- setmaxnreg, named barriers, elect ------------------------------------------------------

@@ -1,8 +1,8 @@
-// The ordering of dQ adds across CTAs in the FA2 backward's deterministic mode: one counter per
+// The ordering of dQ adds across CTAs in the backward's deterministic mode (FA2 and FA3): one counter per
 // (sequence, query head, row block) counts the key blocks that have added their share.
 #pragma once
 
-namespace flashattn::fa2 {
+namespace flashattn::gpu {
 
 // Called by one thread: waits until `target` key blocks have added to the row block. Bounded: a
 // broken ordering traps (a launch error) instead of hanging the GPU; real waits take
@@ -21,4 +21,4 @@ __device__ __forceinline__ void bwd_wait_counter(const int* counter, int target)
 // Called by one thread after the CTA's adds were fenced and a barrier passed.
 __device__ __forceinline__ void bwd_signal_counter(int* counter) { atomicAdd(counter, 1); }
 
-}  // namespace flashattn::fa2
+}  // namespace flashattn::gpu

@@ -1,0 +1,59 @@
+// One warpgroup's m64 x N x K product as a chain of wgmma k16 steps over tiles in the 128-byte
+// swizzle (64-element column blocks, rows of 128 bytes, column blocks `*_block_bytes` apart), one
+// commit group. Each takes its tiles' shared-memory addresses and passes them through opaque_u32
+// first: the descriptors are then formed where the group is issued, not hoisted out of a loop
+// and held in registers across it.
+//   kk: A (64 rows) and B (N rows) both K-major: k16 step j is column block j / 4, + 32 (j % 4) bytes.
+//   rk: A from registers (pack_fragments), B MN-major (K rows, N columns): step j at row 16 j.
+//   mm: A MN-major (K rows, 64 columns: read transposed) and B MN-major: step j at row 16 j.
+// kFirst: the first step overwrites d (ss_first: its old values are neither read nor kept live).
+#pragma once
+
+#include <cstdint>
+
+#include "arch/sm90/wgmma.cuh"
+
+namespace flashattn::sm90 {
+
+template <typename Element, int kN, int kDepth, bool kFirst>
+__device__ __forceinline__ void wgmma_kk(float (&d)[kN / 2], uint32_t a_tile, int a_block_bytes, uint32_t b_tile, int b_block_bytes) {
+  const uint32_t a = opaque_u32(a_tile), b = opaque_u32(b_tile);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kDepth / 16; ++j) {
+    const uint64_t da = kmajor_descriptor_at(a + (j / 4) * a_block_bytes + (j % 4) * 32);
+    const uint64_t db = kmajor_descriptor_at(b + (j / 4) * b_block_bytes + (j % 4) * 32);
+    if (kFirst && j == 0) Wgmma<Element, kN>::template ss_first<0>(d, da, db);
+    else Wgmma<Element, kN>::template ss<0>(d, da, db, 1);
+  }
+  wgmma_commit();
+}
+
+// accumulate = 0: d = A B (d's old values unused, but still an operand: the compiler keeps d
+// live, so a loop can start accumulators this way without zeroing them).
+template <typename Element, int kN, int kDepth>
+__device__ __forceinline__ void wgmma_rk(float (&d)[kN / 2], const uint32_t (&a)[kDepth / 16][4], uint32_t b_tile, int b_block_bytes,
+                                         int accumulate) {
+  const uint32_t b = opaque_u32(b_tile);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kDepth / 16; ++j)
+    Wgmma<Element, kN>::template rs<1>(d, a[j], mnmajor_descriptor_at(b + j * 2048, b_block_bytes), j > 0 ? 1 : accumulate);
+  wgmma_commit();
+}
+
+template <typename Element, int kN, int kDepth, bool kFirst>
+__device__ __forceinline__ void wgmma_mm(float (&d)[kN / 2], uint32_t a_tile, int a_block_bytes, uint32_t b_tile, int b_block_bytes) {
+  const uint32_t a = opaque_u32(a_tile), b = opaque_u32(b_tile);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kDepth / 16; ++j) {
+    const uint64_t da = mnmajor_descriptor_at(a + j * 2048, a_block_bytes);
+    const uint64_t db = mnmajor_descriptor_at(b + j * 2048, b_block_bytes);
+    if (kFirst && j == 0) Wgmma<Element, kN>::template ss_first<1, 1>(d, da, db);
+    else Wgmma<Element, kN>::template ss<1, 1>(d, da, db, 1);
+  }
+  wgmma_commit();
+}
+
+}  // namespace flashattn::sm90

@@ -1,0 +1,86 @@
+// The FA3 backward's tile shape, shared-memory layout and arguments (bwd_kernel.cuh).
+//
+// One CTA per (key block of kBlockN keys, kv head, sequence): 1 + kConsumers warpgroups. Warpgroup
+// 0 is the producer: warp 0 TMA-loads K and V once, then Q (+ LSE) and dO (+ D) per step into
+// kStages rings; warp 1 adds each step's dQ to the fp32 workspace with bulk reductions. Consumer
+// warpgroup c owns keys 64c .. 64c + 63 of the block and holds their dK and dV in registers over
+// every step: each query head of the kv head's GQA group x each row block of kBlockM rows that
+// sees the keys. All tiles are 64-element (128-byte) column blocks in the 128-byte swizzle.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/problem.h"
+
+namespace flashattn::fa3 {
+
+template <typename Element_, int kHeadDim_, int kBlockM_, bool kGeneralScore_>
+struct BwdConfig {
+  using Element = Element_;
+  // Softcap or ALiBi: the logit per element, dS carries d logit / d s. Else dS leaves out the
+  // softmax scale, which dK takes at the end and dQ in the conversion.
+  static constexpr bool kGeneralScore = kGeneralScore_;
+  static constexpr int kHeadDim = kHeadDim_;  // q/k and v (a call's smaller head dims run padded)
+  static constexpr int kBlockM = kBlockM_;    // query rows per step
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA
+  static constexpr int kStages = 2;                // Q and dO rings
+  static constexpr int kDsStages = 2;              // dS tiles: a step's writes never meet the last step's dQ reads
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // setmaxnreg split of the 64K registers: the dQ writer's ordering logic needs more than 24.
+  static constexpr int kProducerRegisters = 32, kConsumerRegisters = 240;
+  static constexpr int kColumnBlocks = kHeadDim / 64;
+  // dQ = dS K of a step (kBlockM x kHeadDim) is cut into kConsumers chunks of 64 rows x
+  // kDqCols columns, one per consumer warpgroup: 64-row blocks of the step's rows, then column
+  // slices (d128: the two 64-column halves; d64 with 128 rows: the two row halves).
+  static constexpr int kDqRowBlocks = kBlockM / 64;
+  static constexpr int kDqCols = kBlockM * kHeadDim / (64 * kConsumers);
+  static constexpr int kDqColChunks = kHeadDim / kDqCols;
+
+  static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // each of K and V
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // one stage, each of Q and dO
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // one stage of dS^T: [kBlockM / 64][kBlockN keys][64 rows]
+  static constexpr int kDqBytes = 64 * kDqCols * 4;       // one consumer's fp32 dQ chunk
+  static constexpr int kRowBytes = kBlockM * 4;           // one stage of LSE or D
+  // K, V, the Q and dO rings, dS, the dQ chunks, LSE and D, then the barriers; tiles 1024-aligned.
+  static constexpr int kOffsetV = kKBytes;
+  static constexpr int kOffsetQ = 2 * kKBytes;
+  static constexpr int kOffsetDo = kOffsetQ + kStages * kQBytes;
+  static constexpr int kOffsetDs = kOffsetDo + kStages * kQBytes;
+  static constexpr int kOffsetDq = kOffsetDs + kDsStages * kDsBytes;
+  static constexpr int kOffsetLse = kOffsetDq + kConsumers * kDqBytes;
+  static constexpr int kOffsetDelta = kOffsetLse + kStages * kRowBytes;
+  static constexpr int kOffsetBarriers = kOffsetDelta + kStages * kRowBytes;
+  static constexpr int kSmemBytes = kOffsetBarriers + 256 /*barriers*/ + 1024 /*alignment*/;
+
+  static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kDqCols % 64 == 0 && kHeadDim % kDqCols == 0, "tile shape");
+  static_assert(kDqRowBlocks * kDqColChunks == kConsumers, "one dQ chunk per consumer warpgroup");
+  static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box has at most 256 rows");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
+};
+
+// Tensor maps (4-D: head dim, heads, rows, sequences; boxes of 64 columns x kBlockM or kBlockN rows).
+struct BwdMaps {
+  CUtensorMap q, k, v, dout;
+};
+
+// Everything else a launch passes. Workspaces, with R = rows_padded per (sequence, query head):
+// lse_log2, delta [batch][heads_q][R] (cuda/bwd_row_stats.cuh); dq_accum [batch][heads_q] in
+// 64-row slabs of kDqCols-column chunks (bwd_dq_layout.h); dq_semaphores [batch][heads_q][R / 64]
+// (deterministic mode: key blocks that added to a row block).
+struct BwdArgs {
+  BwdProblem problem;
+  const float* lse_log2 = nullptr;
+  const float* delta = nullptr;
+  float* dq_accum = nullptr;
+  int* dq_semaphores = nullptr;
+  int64_t rows_padded = 0;
+  bool deterministic = false;
+  // Deterministic mode under a limit on the right (causal, windows): key blocks add to a row block
+  // from the last to the first and the grid runs them in that order (see bwd_block).
+  bool descending = false;
+};
+
+}  // namespace flashattn::fa3

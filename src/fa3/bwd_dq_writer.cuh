@@ -1,0 +1,82 @@
+// The FA3 backward's dQ writer (warp 1 of the producer warpgroup): per step, each consumer
+// warpgroup stages its fp32 dQ chunk in shared memory and the writer adds it to the workspace with
+// one bulk reduction (cp.reduce.async.bulk), so the consumers never wait for global memory. In the
+// deterministic mode it first waits until the key blocks before this one (bwd_add_rank) have added
+// to the row block, and counts its own adds once they are complete.
+//
+// Hand-over through named barriers of 128 consumer + 32 writer threads: kDqFull + c (chunk c
+// staged: the consumers arrive, the writer syncs) and kDqEmpty + c (its reads done: the writer
+// arrives, the consumers sync before the next chunk). The writer arrives on kDqEmpty once before
+// the first step and after every step but the last, so arrivals and syncs pair up exactly.
+#pragma once
+
+#include <cstdint>
+
+#include "arch/sm90/tma.cuh"
+#include "arch/sm90/warpgroup.cuh"
+#include "cuda/ordered_adds.cuh"
+#include "fa3/bwd_block.cuh"
+#include "fa3/bwd_config.h"
+#include "fa3/bwd_dq_layout.h"
+
+namespace flashattn::fa3 {
+
+inline constexpr uint32_t kBwdDqFullBarrier = 2, kBwdDqEmptyBarrier = 4, kBwdDqBarrierThreads = 128 + 32;
+
+template <typename Config>
+__device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock& blk, uint32_t dq_stage_addr) {
+  static_assert(Config::kConsumers == 2, "the barrier ids below");
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  const AttnProblem& p = args.problem.fwd;
+  const int lane = threadIdx.x % 32;
+  const int steps = blk.steps();
+  if (steps == 0) return;
+  sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
+  sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
+  int step = 0;
+  for (int g = 0; g < blk.heads_per_group; ++g) {
+    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
+    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) {
+      const int row0 = m * kBlockM;
+      int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
+      if (args.deterministic) {
+        if (lane == 0) {
+          gpu::bwd_wait_counter(semaphore, bwd_add_rank<kBlockM, kBlockN>(p.mask, blk, row0, args.descending));
+          sm90::fence_async_global();  // the earlier blocks' adds, seen through the acquire, before ours
+        }
+        __syncwarp();
+      }
+      const int64_t ws_row = bh * args.rows_padded + row0;
+#pragma unroll
+      for (int c = 0; c < Config::kConsumers; ++c) {
+        if (c == 0) sm90::named_barrier_sync(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
+        else sm90::named_barrier_sync(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
+        if (lane == 0) {
+          const int qb = c / Config::kDqColChunks, cb = c % Config::kDqColChunks;
+          float* dst = args.dq_accum + dq_chunk_offset(ws_row + 64 * qb, cb * Config::kDqCols, Config::kDqCols, Config::kHeadDim);
+          sm90::bulk_reduce_add(dst, reinterpret_cast<const float*>(__cvta_shared_to_generic(dq_stage_addr + c * Config::kDqBytes)),
+                                Config::kDqBytes);
+          sm90::tma_store_commit();
+        }
+      }
+      const bool last = step + 1 == steps;
+      if (lane == 0) sm90::tma_store_wait_read_pending<1>();
+      __syncwarp();
+      if (!last) sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
+      if (lane == 0) sm90::tma_store_wait_read_pending<0>();
+      __syncwarp();
+      if (!last) sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
+      if (args.deterministic) {
+        if (lane == 0) {
+          sm90::tma_store_wait();  // the adds complete in global memory
+          __threadfence();
+          gpu::bwd_signal_counter(semaphore);
+        }
+        __syncwarp();
+      }
+    }
+  }
+  if (lane == 0) sm90::tma_store_wait();
+}
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,17 @@
+// FA3 backward configurations of head dim 64 (calls with head dims up to 64 run here): 128 query
+// rows per step (FA3's d64 tile, 128 x 128): the two consumer warpgroups' dQ chunks are the
+// step's two 64-row halves.
+#include "fa3/bwd_launch.cuh"
+
+namespace flashattn::fa3 {
+
+template <typename Element>
+Status bwd_hdim64_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  return launch_bwd_config<BwdConfig<Element, 64, 128, false>>(args, stream);
+}
+
+Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  return args.problem.fwd.dtype == DType::F16 ? bwd_hdim64_of<__half>(args, plan, stream) : bwd_hdim64_of<__nv_bfloat16>(args, plan, stream);
+}
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,47 @@
+// FlashAttention-3 backward main kernel (sm90a): TMA loads on mbarrier rings, wgmma, warp
+// specialisation. The roles: bwd_block.cuh (the CTA's work), bwd_producer.cuh (loads),
+// bwd_dq_writer.cuh (dQ bulk reductions), bwd_consumer.cuh (the GEMMs, P and dS, dK/dV out).
+// The preprocess (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the dQ conversion bwd_launch.cu.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "arch/sm90/mbarrier.cuh"
+#include "arch/sm90/warpgroup.cuh"
+#include "fa3/bwd_block.cuh"
+#include "fa3/bwd_config.h"
+#include "fa3/bwd_consumer.cuh"
+#include "fa3/bwd_dq_writer.cuh"
+#include "fa3/bwd_producer.cuh"
+
+namespace flashattn::fa3 {
+
+template <typename Config>
+__global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_constant__ BwdMaps maps, const BwdArgs args) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const BwdSmem<Config> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
+  const BwdBlock blk = bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, args.descending);
+  if (!blk.exists()) return;  // past this (varlen) sequence's keys: every thread leaves
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(sm.kv_full(), 1);
+    sm.q_ring()->init(4 * Config::kConsumers);  // one release per consumer warp
+    sm.do_ring()->init(4 * Config::kConsumers);
+  }
+  __syncthreads();
+  const int warpgroup = int(threadIdx.x / 128);
+  if (warpgroup == 0) {
+    sm90::warpgroup_registers_decrease<Config::kProducerRegisters>();
+    const int warp = int(threadIdx.x / 32);
+    if (warp == 0 && threadIdx.x == 0 && blk.steps() > 0) bwd_produce<Config>(maps, args, blk, sm);
+    if (warp == 1) bwd_write_dq<Config>(args, blk, sm.addr(Config::kOffsetDq));
+    return;
+  }
+  sm90::warpgroup_registers_increase<Config::kConsumerRegisters>();
+  bwd_consumer<Config>(args, blk, sm);
+#endif
+}
+
+}  // namespace flashattn::fa3

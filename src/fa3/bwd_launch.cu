@@ -1,0 +1,152 @@
+// The FA3 backward's entry: which calls it covers (check_bwd), its tile plan (bwd_plan), the
+// workspaces, and the three kernels on the caller's stream: row statistics (D, LSE * log2 e),
+// the main kernel (bwd_hdim*.cu), the dQ conversion. No host synchronisation.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "common/cuda_status.h"
+#include "cuda/bwd_row_stats.cuh"
+#include "fa3/bwd_dq_layout.h"
+#include "fa3/bwd_launch.cuh"
+#include "fa3/fa3_backend.h"
+#include "fa3/launch_common.h"
+
+namespace flashattn::fa3 {
+namespace {
+
+Status unsupported(const char* argument, const std::string& why) {
+  return Status::error(ErrorCode::Unsupported, argument, "fa3 bwd: " + why);
+}
+
+// Row padding of the workspaces: a multiple of every block_m, so row blocks never leave them.
+constexpr int64_t kRowAlign = 128;
+
+// dQ fp32 (bwd_dq_layout.h) -> dtype, times dq_scale. Grid (rows_padded / 64, heads_q, batch):
+// each CTA converts one 64-row slab, two columns per thread and step.
+template <typename Element>
+__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdProblem bp, const float* dq_accum, int64_t rows_padded,
+                                                             int dq_cols, int chunk_cols, float dq_scale) {
+  const AttnProblem& p = bp.fwd;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int sq = int(std::min<int64_t>(p.lens.q(b), rows_padded));
+  const int pairs = int(p.head_dim / 2);
+  const int row_first = int(blockIdx.x) * 64;
+  Element* dq = static_cast<Element*>(bp.dq.data);
+  for (int i = threadIdx.x; i < 64 * pairs; i += blockDim.x) {
+    const int row = row_first + i / pairs, col = 2 * (i % pairs);
+    if (row >= sq) break;
+    const int64_t ws_row = (b * p.heads_q + h) * rows_padded + row;
+    const float2 v = *reinterpret_cast<const float2*>(dq_accum + dq_chunk_offset(ws_row, col, chunk_cols, dq_cols) +
+                                                      dq_chunk_element(row % 64, col % chunk_cols));
+    *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) = sm80::pack2<Element>(v.x * dq_scale, v.y * dq_scale);
+  }
+}
+
+template <typename Element>
+Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  const AttnProblem& p = args.problem.fwd;
+  FLASHATTN_CUDA_CHECK("fa3 bwd: preprocess kernel launch",
+                       gpu::launch_bwd_row_stats<Element>(args.problem,
+                                                          {const_cast<float*>(args.lse_log2), const_cast<float*>(args.delta),
+                                                           args.rows_padded},
+                                                          stream));
+  const Status st = plan.head_dim == 64 ? bwd_hdim64(args, plan, stream) : bwd_hdim128(args, plan, stream);
+  if (!st.ok()) return st;
+  const int chunk_cols = plan.block_m * plan.head_dim / 128;  // BwdConfig::kDqCols (two consumer warpgroups)
+  const float dq_scale = plan.general_score ? 1.f : p.score.scale;
+  bwd_convert_dq_kernel<Element><<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
+      args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale);
+  return cuda_status("fa3 bwd: dq convert kernel launch", cudaGetLastError());
+}
+
+}  // namespace
+
+Status make_bwd_maps(const BwdProblem& bp, int block_m, int block_n, BwdMaps* maps) {
+  const AttnProblem& p = bp.fwd;
+  const bool varlen = p.lens.cu_seqlens_q != nullptr;
+  const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
+  const int64_t key_rows = std::max<int64_t>(varlen ? p.lens.total_k : p.lens.seqlen_k, 1);
+  if (Status st = map_rows(&maps->q, p.q, p.dtype, p.head_dim, p.heads_q, query_rows, p.batch, uint32_t(block_m)); !st.ok()) return st;
+  if (Status st = map_rows(&maps->dout, bp.dout, p.dtype, p.head_dim_v, p.heads_q, query_rows, p.batch, uint32_t(block_m)); !st.ok())
+    return st;
+  // An empty K/V may come with a null base; the map then points at q (never read through it:
+  // without keys the kernel has no steps).
+  RowsView k_view = p.k, v_view = p.v;
+  if (k_view.data == nullptr) k_view.data = p.q.data;
+  if (v_view.data == nullptr) v_view.data = p.q.data;
+  if (Status st = map_rows(&maps->k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, uint32_t(block_n)); !st.ok()) return st;
+  return map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n));
+}
+
+Status check_bwd(const BwdProblem& bp) {
+  const AttnProblem& p = bp.fwd;
+  if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("q", "takes float16 or bfloat16");
+  if (p.out_dtype != p.dtype) return unsupported("dq", "writes gradients in the dtype of q");
+  if (bp.dout_dtype != p.dtype) return unsupported("dout", "needs dout in the dtype of q");
+  const int d = kernel_head_dim(p.head_dim), dv = kernel_head_dim(p.head_dim_v);
+  if (d != dv || d > 128)
+    return unsupported("q", "takes head_dim and head_dim_v in one size class up to 128 (<= 64, <= 128), got " +
+                                std::to_string(p.head_dim) + " / " + std::to_string(p.head_dim_v));
+  if (p.dropout_p > 0.f) return unsupported("dropout_p", "has no dropout (the FA2 backward takes it)");
+  if (p.score_modifiers()) return unsupported("softcap", "has no softcap or ALiBi yet (the FA2 backward takes them)");
+  if (p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr || p.k.batch_index != nullptr)
+    return unsupported("k", "takes (batch, seqlen, heads, dim) or varlen tensors");
+  if (p.heads_k > 65535 || p.batch > 65535) return unsupported("q", "takes at most 65535 kv heads and 65535 sequences per call");
+  // The kernels' row and key arithmetic is 32-bit, on windows narrowed to these bounds.
+  if (const SeqlenBounds bounds = seqlen_bounds(p); bounds.q + bounds.k >= (int64_t(1) << 31) - 256)
+    return unsupported("q", "query rows + key rows below 2^31 - 256");
+  return {};
+}
+
+BwdPlan bwd_plan(const BwdProblem& bp) {
+  const AttnProblem& p = bp.fwd;
+  BwdPlan plan;
+  plan.head_dim = kernel_head_dim(std::max(p.head_dim, p.head_dim_v));
+  plan.general_score = p.score_modifiers();
+  plan.block_m = plan.head_dim == 64 ? 128 : 64;
+  return plan;
+}
+
+Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_plan) {
+  if (Status st = require_sm90("fa3 bwd"); !st.ok()) return st;
+  if (Status st = check_bwd(problem); !st.ok()) return st;
+  const AttnProblem& p = problem.fwd;
+  if (p.batch == 0 || p.heads_q == 0) return {};
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const BwdPlan plan = forced_plan != nullptr ? *forced_plan : bwd_plan(problem);
+  if (plan.head_dim != kernel_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.block_m != (plan.head_dim == 64 ? 128 : 64) ||
+      plan.general_score != p.score_modifiers())
+    return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: the plan does not fit the call");
+
+  BwdArgs args;
+  args.problem = problem;
+  const SeqlenBounds bounds = seqlen_bounds(p);
+  args.problem.fwd.mask = clamp_windows(p.mask, bounds.q, bounds.k);
+  args.deterministic = problem.deterministic;
+  // The deterministic order must only make a CTA wait for CTAs started before it (bwd_block.cuh).
+  args.descending = problem.deterministic && p.mask.window_right >= 0;
+  const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;
+  args.rows_padded = (rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+
+  // One allocation: [lse_log2 | delta | dq_accum | dq_semaphores]; the last two start zeroed.
+  const size_t row_slots = size_t(p.batch) * size_t(p.heads_q) * size_t(args.rows_padded);
+  const size_t lse_bytes = row_slots * sizeof(float);
+  const size_t accum_bytes = row_slots * size_t(plan.head_dim) * sizeof(float);
+  const size_t semaphore_bytes = problem.deterministic ? row_slots / 64 * sizeof(int) : 0;
+  StreamBuffer workspace(stream);  // freed in stream order after the kernels, also when a launch fails
+  if (Status st = workspace.allocate(2 * lse_bytes + accum_bytes + semaphore_bytes, "fa3 bwd: allocating the workspace"); !st.ok())
+    return st;
+  char* base = workspace.as<char>();
+  args.lse_log2 = reinterpret_cast<float*>(base);
+  args.delta = reinterpret_cast<float*>(base + lse_bytes);
+  args.dq_accum = reinterpret_cast<float*>(base + 2 * lse_bytes);
+  args.dq_semaphores = problem.deterministic ? reinterpret_cast<int*>(base + 2 * lse_bytes + accum_bytes) : nullptr;
+  FLASHATTN_CUDA_CHECK("fa3 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + semaphore_bytes, stream));
+  const Status st = p.dtype == DType::F16 ? run_kernels<__half>(args, plan, stream) : run_kernels<__nv_bfloat16>(args, plan, stream);
+  if (!st.ok()) return st;
+  return workspace.free("fa3 bwd: freeing the workspace");
+}
+
+}  // namespace flashattn::fa3

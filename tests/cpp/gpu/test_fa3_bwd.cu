@@ -1,0 +1,220 @@
+// FA3 backward (sm90a) against the naive reference (float64 and same-precision) over the part of
+// the feature sweep it covers, in both dQ modes (bulk reductions in any order, and deterministic);
+// larger grids (several key and row blocks, GQA groups, varlen with empty sequences, seqused_k
+// with NaN past it); rows that see no key; extreme scores; 50-run bitwise determinism; a 100-run
+// race check; Unsupported answers. Skips without an sm90 GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "attention_case.h"
+#include "backward_repeat.h"
+#include "device_mirror.h"
+#include "gpu_test_util.h"
+
+namespace flashattn::test {
+namespace {
+
+// The calls the FA3 backward covers (fa3::check_bwd): fp16/bf16, head dims up to 128 with q/k
+// and v in one size class, no dropout, no softcap or ALiBi.
+bool fa3_bwd_covers(const AttentionCase& c) {
+  auto size_class = [](int x) { return (x + 63) / 64; };
+  return c.dtype != DType::F32 && c.dropout_p == 0.f && c.softcap == 0.f && c.alibi == 0 && c.num_splits <= 1 &&
+         size_class(c.head_dim) == size_class(c.dv()) && c.head_dim <= 128;
+}
+
+std::vector<AttentionCase> fa3_bwd_sweep() {
+  std::vector<AttentionCase> cases;
+  for (const AttentionCase& c : feature_sweep())
+    if (fa3_bwd_covers(c)) cases.push_back(c);
+  return cases;
+}
+
+// Grids with several key blocks (128 keys each) and row blocks per CTA, GQA groups, ragged ends,
+// varlen batches with empty sequences and seqused_k (NaN in K and V past it).
+std::vector<AttentionCase> fa3_bwd_grid() {
+  std::vector<AttentionCase> cases;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      AttentionCase c;
+      c.batch = 2;
+      c.heads_q = 8;
+      c.heads_k = 2;
+      c.seqlen_q = 700;
+      c.seqlen_k = 900;
+      c.head_dim = d;
+      c.causal = causal;
+      cases.push_back(c);
+      c.seqlen_q = 900;
+      c.seqlen_k = 700;
+      c.heads_k = 8;
+      cases.push_back(c);
+    }
+  AttentionCase window;
+  window.batch = 2;
+  window.heads_q = 4;
+  window.heads_k = 1;
+  window.seqlen_q = window.seqlen_k = 1000;
+  window.head_dim = 128;
+  window.window_left = 200;
+  window.window_right = 30;
+  cases.push_back(window);
+  window.head_dim = 64;
+  window.window_left = 0;
+  window.window_right = 300;
+  cases.push_back(window);
+  for (int d : {64, 128}) {
+    AttentionCase varlen;
+    varlen.heads_q = 6;
+    varlen.heads_k = 2;
+    varlen.head_dim = d;
+    varlen.varlen_q = {300, 0, 90, 513, 1};
+    varlen.varlen_k = {250, 33, 90, 700, 260};
+    varlen.causal = d == 128;
+    cases.push_back(varlen);
+    AttentionCase used;
+    used.batch = 3;
+    used.heads_q = used.heads_k = 2;
+    used.seqlen_q = 300;
+    used.seqlen_k = 500;
+    used.head_dim = d;
+    used.seqused_k = {500, 130, 0};
+    used.causal = d == 64;
+    cases.push_back(used);
+  }
+  AttentionCase f16 = cases[1];
+  f16.dtype = DType::F16;
+  cases.push_back(f16);
+  return cases;
+}
+
+// The "<= 3x the same-precision reference's error" rule for the gradients.
+void expect_fa3_backward_matches(const AttentionCase& c, bool deterministic) {
+  AttentionRun run(c);
+  const BwdRunner runner = [deterministic](const BwdParams& host) {
+    BwdParams p = host;
+    p.deterministic = deterministic;
+    return gpu_test::bwd_on_device(p);
+  };
+  const BwdResult r = run.check_bwd(Backend::Fa3, gpu_test::fwd_on_device, runner);
+  expect_within(r.dq, 3.0, rounding_floor(c.dtype, r.dq.reference_max), "dq");
+  expect_within(r.dk, 3.0, rounding_floor(c.dtype, r.dk.reference_max), "dk");
+  expect_within(r.dv, 3.0, rounding_floor(c.dtype, r.dv.reference_max), "dv");
+}
+
+class Fa3Backward : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(Fa3Backward, MatchesReference) {
+  SKIP_WITHOUT_SM90();
+  expect_fa3_backward_matches(GetParam(), false);
+}
+
+TEST_P(Fa3Backward, DeterministicMatchesReference) {
+  SKIP_WITHOUT_SM90();
+  expect_fa3_backward_matches(GetParam(), true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Backward, ::testing::ValuesIn(fa3_bwd_sweep()), ParamTestName());
+INSTANTIATE_TEST_SUITE_P(Grid, Fa3Backward, ::testing::ValuesIn(fa3_bwd_grid()), ParamTestName());
+
+// Rows that see no key (causal with more queries than keys: the first sq - sk rows) get exactly
+// zero dQ, and keys past seqused_k exactly zero dK and dV.
+TEST(Fa3BackwardMasked, GradientsOfUnseenRowsAndKeysAreZero) {
+  SKIP_WITHOUT_SM90();
+  for (int d : {64, 128}) {
+    AttentionCase c = two_sequences(300, 100, 4, 2, d);
+    c.causal = true;
+    c.seqused_k = {100, 60};
+    AttentionRun run(c);
+    run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
+    HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
+    const Status st = gpu_test::bwd_on_device(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3));
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<float> gq = dq.to_float(), gk = dk.to_float(), gv = dv.to_float();
+    for (int b = 0; b < c.batch; ++b) {
+      const int used = c.seqused_k[size_t(b)];
+      for (int row = 0; row < c.seqlen_q; ++row)
+        for (int h = 0; h < c.heads_q; ++h)
+          for (int x = 0; x < d; ++x) {
+            const float g = gq[((size_t(b) * c.seqlen_q + row) * c.heads_q + h) * d + x];
+            // Row i sees keys up to i + used - sq (the mask is aligned to the keys in use).
+            if (row + used - c.seqlen_q < 0) ASSERT_EQ(g, 0.f) << "d" << d << " b" << b << " row " << row;
+            ASSERT_TRUE(std::isfinite(g));
+          }
+      for (int key = used; key < c.seqlen_k; ++key)
+        for (int h = 0; h < c.heads_k; ++h)
+          for (int x = 0; x < d; ++x) {
+            const size_t i = ((size_t(b) * c.seqlen_k + key) * c.heads_k + h) * d + x;
+            ASSERT_EQ(gk[i], 0.f) << "d" << d << " b" << b << " key " << key;
+            ASSERT_EQ(gv[i], 0.f) << "d" << d << " b" << b << " key " << key;
+          }
+    }
+  }
+}
+
+// Scores of +-1e4 (q and k scaled by 100): one-hot softmax rows; the gradients stay finite and
+// within the rule.
+TEST(Fa3BackwardExtreme, LargeScoresStayFinite) {
+  SKIP_WITHOUT_SM90();
+  for (int d : {64, 128}) {
+    AttentionCase c = two_sequences(200, 333, 4, 2, d);
+    c.causal = d == 128;
+    AttentionRun run(c);
+    for (HostTensor* t : {&run.q, &run.k}) {
+      const std::vector<float> x = t->to_float();
+      for (int64_t i = 0; i < t->numel(); ++i) t->set(i, 100.f * x[size_t(i)]);
+    }
+    const BwdResult r = run.check_bwd(Backend::Fa3, gpu_test::fwd_on_device, gpu_test::bwd_on_device);
+    for (const Errors* e : {&r.dq, &r.dk, &r.dv}) ASSERT_TRUE(std::isfinite(e->fast)) << "d" << d;
+    expect_within(r.dv, 3.0, rounding_floor(c.dtype, r.dv.reference_max), "dv");
+  }
+}
+
+TEST(Fa3BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
+  SKIP_WITHOUT_SM90();
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      AttentionCase c = two_sequences(700, 900, 8, 2, d);
+      c.causal = causal;
+      SCOPED_TRACE(c.name());
+      expect_backward_runs_bitwise_equal(c, Backend::Fa3, /*deterministic=*/true, 50);
+    }
+}
+
+TEST(Fa3BackwardRace, HundredRunsAgree) {
+  SKIP_WITHOUT_SM90();
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      AttentionCase c = two_sequences(2000, 2100, 8, 4, d);
+      c.causal = causal;
+      SCOPED_TRACE(c.name());
+      expect_backward_runs_agree(c, Backend::Fa3, 100);
+    }
+}
+
+TEST(Fa3BackwardErrors, UncoveredCallsAreUnsupported) {
+  SKIP_WITHOUT_SM90();
+  struct Uncovered {
+    AttentionCase c;
+    const char* argument;
+  };
+  std::vector<Uncovered> cases;
+  AttentionCase dropout;
+  dropout.dropout_p = 0.1f;
+  cases.push_back({dropout, "dropout_p"});
+  AttentionCase d256;
+  d256.head_dim = 256;
+  cases.push_back({d256, "q"});
+  for (const auto& [c, argument] : cases) {
+    AttentionRun run(c);
+    run.check_fwd(Backend::Fa2, gpu_test::fwd_on_device);
+    HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
+    const Status st = gpu_test::bwd_on_device(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3));
+    EXPECT_EQ(st.code(), ErrorCode::Unsupported) << c.name() << ": " << st.message();
+    EXPECT_EQ(st.argument(), argument) << c.name() << ": " << st.message();
+  }
+}
+
+}  // namespace
+}  // namespace flashattn::test
