@@ -29,14 +29,17 @@ struct BwdConfig {
   static constexpr int kStages = 2;                // Q and dO rings
   static constexpr int kDsStages = 2;              // dS tiles: a step's writes never meet the last step's dQ reads
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // setmaxnreg split of the 64K registers: the dQ writer's ordering logic needs more than 24.
-  static constexpr int kProducerRegisters = 32, kConsumerRegisters = 240;
+  // setmaxnreg split of the 64K registers, with slack (32 + 2 x 240 leaves none, and the
+  // consumers' increase never returned on the H200); the producer and dQ writer spill at 24.
+  static constexpr int kProducerRegisters = 32, kConsumerRegisters = 232;
   static constexpr int kColumnBlocks = kHeadDim / 64;
-  // dQ = dS K of a step (kBlockM x kHeadDim) is cut into kConsumers chunks of 64 rows x
-  // kDqCols columns, one per consumer warpgroup: 64-row blocks of the step's rows, then column
-  // slices (d128: the two 64-column halves; d64 with 128 rows: the two row halves).
+  // dQ = dS K of a step (kBlockM x kHeadDim) in chunks of 64 rows x kDqCols columns, one per
+  // consumer warpgroup: 64-row blocks of the step's rows, then column slices (d128: the two
+  // 64-column halves). A step of one 64 x 64 chunk (d64) is split by keys instead: each
+  // warpgroup multiplies its own 64 keys' dS by K, and both chunks add to the same rows.
+  static constexpr bool kDqSplitKeys = (kBlockM / 64) * (kHeadDim / 64) < kConsumers;
   static constexpr int kDqRowBlocks = kBlockM / 64;
-  static constexpr int kDqCols = kBlockM * kHeadDim / (64 * kConsumers);
+  static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kBlockM * kHeadDim / (64 * kConsumers);
   static constexpr int kDqColChunks = kHeadDim / kDqCols;
 
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // each of K and V
@@ -56,7 +59,7 @@ struct BwdConfig {
   static constexpr int kSmemBytes = kOffsetBarriers + 256 /*barriers*/ + 1024 /*alignment*/;
 
   static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kDqCols % 64 == 0 && kHeadDim % kDqCols == 0, "tile shape");
-  static_assert(kDqRowBlocks * kDqColChunks == kConsumers, "one dQ chunk per consumer warpgroup");
+  static_assert(kDqRowBlocks * kDqColChunks == (kDqSplitKeys ? 1 : kConsumers), "one dQ chunk per consumer warpgroup");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box has at most 256 rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };

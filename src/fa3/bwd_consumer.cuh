@@ -52,14 +52,17 @@ struct BwdThread {
   int key[2];  // keys of accumulator rows 0 and 1 (+ 8)
 };
 
-// P^T and dS^T of a step from S^T and dP^T (in place: s becomes P, dp becomes dS). Plain scores
-// (Config::kGeneralScore false): the exponentials run while dP's wgmmas still do (wait_dp comes
-// after them), dS without the softmax scale. General: softcap and ALiBi per element after both
+// P^T and dS^T of a step from S^T and dP^T: P^T packed into p_frag (the A operand of dV += P^T
+// dO), dS^T in place of dp. Plain scores (Config::kGeneralScore false): the exponentials run
+// while dP's wgmmas still do (wait_dp comes after them), and P is packed before dP is read: dS is
+// formed from the packed P (rounded to the element type, as a framework computing in it rounds
+// P), so P's 32-bit values are not live beside dP's. dS leaves out the softmax scale. General: softcap and ALiBi per element after both
 // waits, (dP - D) * dlogit/ds formed first so that no third array is live. kMasked: the step's
 // tile crosses a mask edge or the last key (one copy per case, a warpgroup-uniform branch, so
 // unmasked steps have no per-element tests).
 template <typename Config, bool kMasked, int kRegs, typename WaitDp>
-__device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], float (&dp)[kRegs], const BwdThread& th,
+__device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], float (&dp)[kRegs], uint32_t (&p_frag)[kRegs / 8][4],
+                                                         const BwdThread& th,
                                                          const AttnProblem& p, const BwdBlock& blk, int h, int row0,
                                                          uint32_t lse_addr, uint32_t delta_addr, WaitDp wait_dp) {
   constexpr float kLog2e = 1.4426950408889634f;
@@ -103,13 +106,20 @@ __device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], floa
   }
 #pragma unroll
   for (int j = 0; j < kRegs; ++j) s[j] = sm80::fast_exp2(s[j]);
+  using Element = typename Config::Element;
+  sm90::pack_fragments<Element>(p_frag, s);
   if constexpr (!Config::kGeneralScore) {
     wait_dp();
+    // Accumulators 4i .. 4i + 3 are pairs (2e, 2e + 1) of fragment i / 2, registers 2 (i % 2) + e / 2.
     static_for<kRegs / 4>([&](auto ic) {
       constexpr int i = decltype(ic)::value;
       const float2 d = row_pair(delta_addr, ic);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[4 * i + e] = s[4 * i + e] * (dp[4 * i + e] - (e % 2 ? d.y : d.x));
+      for (int h = 0; h < 2; ++h) {
+        const float2 prob = sm80::unpack2<Element>(p_frag[i / 2][2 * (i % 2) + h]);
+        dp[4 * i + 2 * h] = prob.x * (dp[4 * i + 2 * h] - d.x);
+        dp[4 * i + 2 * h + 1] = prob.y * (dp[4 * i + 2 * h + 1] - d.y);
+      }
     });
   } else {
 #pragma unroll
@@ -129,7 +139,7 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
   const int c = th.consumer;
   const uint32_t k_addr = sm.addr(0), v_addr = sm.addr(Config::kOffsetV);
   // This warpgroup's dQ chunk: rows 64 qb of the step, columns cb * kDqCols (bwd_config.h).
-  const int qb = c / Config::kDqColChunks, cb = c % Config::kDqColChunks;
+  const int qb = Config::kDqSplitKeys ? 0 : c / Config::kDqColChunks, cb = Config::kDqSplitKeys ? 0 : c % Config::kDqColChunks;
 
   // K/V rows past the sequence inside the block: with varlen (the next sequence's rows) or
   // seqused_k (rows the caller did not fill, maybe NaN) they are in bounds of the maps, so the TMA
@@ -149,15 +159,6 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
     sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
   }
 
-  // Query rows [full_first, full_last] see every key of this warpgroup (tile_fully_visible solved
-  // for the rows once); a step inside them needs no mask. Clamped to [-1, sq].
-  const int shift = blk.sk - blk.sq, keyw0 = blk.key0 + 64 * c;
-  int full_first = 0, full_last = -1;
-  if (keyw0 + 64 <= blk.sk) {
-    auto clamp_rows = [&](int64_t r) { return int(r < -1 ? -1 : (r > blk.sq ? blk.sq : r)); };
-    full_first = p.mask.window_right >= 0 ? clamp_rows(int64_t(keyw0) + 63 - shift - p.mask.window_right) : -1;
-    full_last = p.mask.window_left >= 0 ? clamp_rows(int64_t(keyw0) + p.mask.window_left - shift) : blk.sq;
-  }
 
   int step = 0;
 #pragma unroll 1
@@ -190,17 +191,21 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
         wait_dp();
         sm90::fence_accumulators(s);
       }
+      // Every (row, key) of the step visible (tile_fully_visible in 32 bits: the launch clamps the
+      // windows and keeps rows + keys below 2^31): no per-element mask.
       const int rows_end = row0 + kBlockM < blk.sq ? row0 + kBlockM : blk.sq;
-      if (row0 >= full_first && rows_end - 1 <= full_last)
-        bwd_probabilities_and_ds<Config, false>(s, dp, th, p, blk, h, row0, lse_addr, delta_addr, [&] {
+      const int keyw0 = blk.key0 + 64 * c, shift = blk.sk - blk.sq;
+      const bool unmasked = keyw0 + 64 <= blk.sk && (p.mask.window_right < 0 || keyw0 + 63 <= row0 + shift + p.mask.window_right) &&
+                            (p.mask.window_left < 0 || keyw0 >= rows_end - 1 + shift - p.mask.window_left);
+      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
+      if (unmasked)
+        bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, p, blk, h, row0, lse_addr, delta_addr, [&] {
           if constexpr (!Config::kGeneralScore) wait_dp();
         });
       else
-        bwd_probabilities_and_ds<Config, true>(s, dp, th, p, blk, h, row0, lse_addr, delta_addr, [&] {
+        bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, p, blk, h, row0, lse_addr, delta_addr, [&] {
           if constexpr (!Config::kGeneralScore) wait_dp();
         });
-      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
-      sm90::pack_fragments<Element>(p_frag, s);
       sm90::pack_fragments<Element>(ds_frag, dp);
       // dS^T of this warpgroup's keys into the step's dS tile: [kBlockM / 64][kBlockN keys][64 rows].
       sm90::store_fragments_sw128<kBlockM, kBlockN * 128>(ds_tile + c * 64 * 128, ds_frag, th.warp, th.lane);
@@ -213,8 +218,12 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
       // dQ chunk = dS K: A = dS^T's column block qb read transposed (M = rows, K = keys), B = K's
       // column blocks from cb (K = keys, N = head dim).
       float dq[kDqRegs];
-      sm90::wgmma_mm<Element, Config::kDqCols, kBlockN, true>(dq, ds_tile + qb * kBlockN * 128, kBlockN * 128,
-                                                               k_addr + cb * (Config::kDqCols / 64) * kBlockN * 128, kBlockN * 128);
+      if constexpr (Config::kDqSplitKeys)  // this warpgroup's 64 keys only
+        sm90::wgmma_mm<Element, Config::kDqCols, 64, true>(dq, ds_tile + c * 64 * 128, kBlockN * 128, k_addr + c * 64 * 128,
+                                                            kBlockN * 128);
+      else
+        sm90::wgmma_mm<Element, Config::kDqCols, kBlockN, true>(dq, ds_tile + qb * kBlockN * 128, kBlockN * 128,
+                                                                 k_addr + cb * (Config::kDqCols / 64) * kBlockN * 128, kBlockN * 128);
       // dK += dS^T Q.
       sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dk, ds_frag, q_tile, kBlockM * 128, step > 0);
 

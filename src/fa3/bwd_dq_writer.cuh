@@ -52,7 +52,10 @@ __device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock
         if (c == 0) sm90::named_barrier_sync(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
         else sm90::named_barrier_sync(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
         if (lane == 0) {
-          const int qb = c / Config::kDqColChunks, cb = c % Config::kDqColChunks;
+          // (split by keys: both chunks add to the same rows; in the deterministic mode the first
+          // add completes before the second starts, so the order is fixed)
+          if (Config::kDqSplitKeys && c > 0 && args.deterministic) sm90::tma_store_wait();
+          const int qb = Config::kDqSplitKeys ? 0 : c / Config::kDqColChunks, cb = Config::kDqSplitKeys ? 0 : c % Config::kDqColChunks;
           float* dst = args.dq_accum + dq_chunk_offset(ws_row + 64 * qb, cb * Config::kDqCols, Config::kDqCols, Config::kHeadDim);
           sm90::bulk_reduce_add(dst, reinterpret_cast<const float*>(__cvta_shared_to_generic(dq_stage_addr + c * Config::kDqBytes)),
                                 Config::kDqBytes);

@@ -1,13 +1,13 @@
-// FA3 backward configurations of head dim 64 (calls with head dims up to 64 run here): 128 query
-// rows per step (FA3's d64 tile, 128 x 128): the two consumer warpgroups' dQ chunks are the
-// step's two 64-row halves.
+// FA3 backward configurations of head dim 64 (calls with head dims up to 64 run here): 64 query
+// rows per step, 128 keys per CTA; the two consumer warpgroups split dQ = dS K by keys. (FA3's
+// 128 x 128 spilled here: its S^T and dP^T tiles take 128 of the consumers' registers.)
 #include "fa3/bwd_launch.cuh"
 
 namespace flashattn::fa3 {
 
 template <typename Element>
 Status bwd_hdim64_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
-  return launch_bwd_config<BwdConfig<Element, 64, 128, false>>(args, stream);
+  return launch_bwd_config<BwdConfig<Element, 64, 64, false>>(args, stream);
 }
 
 Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {

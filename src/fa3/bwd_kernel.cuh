@@ -23,8 +23,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const BwdSmem<Config> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
-  const BwdBlock blk = bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, args.descending);
-  if (!blk.exists()) return;  // past this (varlen) sequence's keys: every thread leaves
+  // Each role forms the CTA's work after its register reallocation: values live across the
+  // producer warpgroup's decrease would be spilled.
+  auto block = [&] { return bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, args.descending); };
+  if (!block().exists()) return;  // past this (varlen) sequence's keys: every thread leaves
   if (threadIdx.x == 0) {
     sm90::mbarrier_init(sm.kv_full(), 1);
     sm.q_ring()->init(4 * Config::kConsumers);  // one release per consumer warp
@@ -35,12 +37,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
   if (warpgroup == 0) {
     sm90::warpgroup_registers_decrease<Config::kProducerRegisters>();
     const int warp = int(threadIdx.x / 32);
-    if (warp == 0 && threadIdx.x == 0 && blk.steps() > 0) bwd_produce<Config>(maps, args, blk, sm);
-    if (warp == 1) bwd_write_dq<Config>(args, blk, sm.addr(Config::kOffsetDq));
+    if (warp == 0 && threadIdx.x == 0) {
+      const BwdBlock blk = block();
+      if (blk.steps() > 0) bwd_produce<Config>(maps, args, blk, sm);
+    }
+    if (warp == 1) bwd_write_dq<Config>(args, block(), sm.addr(Config::kOffsetDq));
     return;
   }
   sm90::warpgroup_registers_increase<Config::kConsumerRegisters>();
-  bwd_consumer<Config>(args, blk, sm);
+  bwd_consumer<Config>(args, block(), sm);
 #endif
 }
 

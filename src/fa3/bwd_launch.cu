@@ -54,7 +54,7 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
                                                           stream));
   const Status st = plan.head_dim == 64 ? bwd_hdim64(args, plan, stream) : bwd_hdim128(args, plan, stream);
   if (!st.ok()) return st;
-  const int chunk_cols = plan.block_m * plan.head_dim / 128;  // BwdConfig::kDqCols (two consumer warpgroups)
+  const int chunk_cols = plan.head_dim == 64 ? 64 : plan.block_m * plan.head_dim / 128;  // BwdConfig::kDqCols
   const float dq_scale = plan.general_score ? 1.f : p.score.scale;
   bwd_convert_dq_kernel<Element><<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
       args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale);
@@ -105,7 +105,7 @@ BwdPlan bwd_plan(const BwdProblem& bp) {
   BwdPlan plan;
   plan.head_dim = kernel_head_dim(std::max(p.head_dim, p.head_dim_v));
   plan.general_score = p.score_modifiers();
-  plan.block_m = plan.head_dim == 64 ? 128 : 64;
+  plan.block_m = 64;
   return plan;
 }
 
@@ -116,7 +116,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   if (p.batch == 0 || p.heads_q == 0) return {};
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const BwdPlan plan = forced_plan != nullptr ? *forced_plan : bwd_plan(problem);
-  if (plan.head_dim != kernel_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.block_m != (plan.head_dim == 64 ? 128 : 64) ||
+  if (plan.head_dim != kernel_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.block_m != 64 ||
       plan.general_score != p.score_modifiers())
     return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: the plan does not fit the call");
 

@@ -49,4 +49,18 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// The two elements of a pack2 register as floats (low half first).
+template <typename Element>
+__device__ __forceinline__ float2 unpack2(uint32_t packed);
+
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t packed) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&packed));
+}
+
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t packed) {
+  return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xffff0000u));
+}
+
 }  // namespace flashattn::sm80
