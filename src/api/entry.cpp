@@ -86,6 +86,18 @@ Target auto_forward_target(Target chosen, [[maybe_unused]] const TensorView& pla
   return chosen;
 }
 
+// Auto on an sm90 GPU: the FA3 backward (H200, same run: 1.5-2x the FA2 backward's TFLOP/s at
+// d64/d128, docs/PERF.md) for every problem it covers; FA2 for the rest (dropout, softcap, ALiBi,
+// head dims past 128).
+Target auto_backward_target(Target chosen, [[maybe_unused]] const TensorView& placement,
+                            [[maybe_unused]] const BwdProblem& problem) {
+#if defined(FLASHATTN_WITH_CUDA)
+  if (chosen == Target::Fa2 && device_info(placement.device_index).sm_major == 9 && fa3::check_bwd(problem).ok())
+    return Target::Fa3;
+#endif
+  return chosen;
+}
+
 Status run_fwd(Target target, const AttnProblem& problem, [[maybe_unused]] void* stream) {
   switch (target) {
     case Target::Cpu: return cpu::fwd(problem);
@@ -173,6 +185,7 @@ Status bwd(const BwdParams& params) {
     FA_CHECK(api::make_bwd_problem(params, &problem));
     Target target{};
     FA_CHECK(choose_target(params.backend, params.q, "q", &target));
+    if (params.backend == Backend::Auto) target = auto_backward_target(target, params.q, problem);
     // Keys without queries still get (zero) gradients, so only a call without any is empty.
     if (params.dq.numel() == 0 && params.dk.numel() == 0 && params.dv.numel() == 0) return {};
     return run_bwd(target, problem, params.stream);

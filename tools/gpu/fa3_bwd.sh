@@ -42,9 +42,10 @@ if [[ "$steps" == *" bench "* ]]; then
   ours=("$logdir/ours-fa3.json" "$logdir/ours-fa3-det.json" "$logdir/ours-fa2.json")
   peers="$logdir/peers.json"
   if [[ "$steps" == *" anchor "* && -f "$FA_ROOT/.anchors/tools/fa3_anchor.sh" ]]; then
-    (cd "$FA_ROOT" && bash .anchors/tools/fa3_anchor.sh build) >"$logdir/anchor-build.log" 2>&1 || tail -n 20 "$logdir/anchor-build.log"
-    PYTHONPATH="$FA_ROOT/.anchors/fa3/hopper" python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid peers --json "$peers" \
-      >"$logdir/peers.txt" 2>&1 || tail -n 20 "$logdir/peers.txt"
+    (cd "$FA_ROOT" && bash .anchors/tools/fa3_anchor.sh build) >>"$logdir/anchor-build.log" 2>&1 || tail -n 20 "$logdir/anchor-build.log"
+    PYTHONPATH="$FA_ROOT/.anchors/fa3/hopper" python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid peers \
+      --seqlens "${FA3_BENCH_SEQLENS:-512,1024,2048,4096,8192,16384}" --json "$peers" >"$logdir/peers.txt" 2>&1 ||
+      tail -n 20 "$logdir/peers.txt"
   else
     python3 "$FA_ROOT/bench/peers/sdpa_peers.py" --direction both --json "$peers" >"$logdir/peers.txt" 2>&1
   fi

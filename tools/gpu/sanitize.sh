@@ -44,10 +44,16 @@ filter+="*Fa2KvCache.MatchesReference/0_*:*Fa2KvCache.MatchesReference/2_*:*Fa2C
 # (the d64 persistent case with O by TMA stores forced: d64 takes register stores by default)
 filter+="*Fa3ForwardPersistent.TmaStoresMatchReference/0_*:"
 filter+="*Fa3ForwardPersistent.MatchesReference/0_*:*Fa3ForwardUnequalTiles.DynamicScheduleMatchesReference/0_*:"
-filter+="*Fa3ForwardUnequalTiles.DynamicScheduleMatchesReference/12_*:*Fa3ForwardUnequalTiles.DynamicScheduleMatchesReference/7_*"
+filter+="*Fa3ForwardUnequalTiles.DynamicScheduleMatchesReference/12_*:*Fa3ForwardUnequalTiles.DynamicScheduleMatchesReference/7_*:"
+# FA3 backward: ragged causal d64 and d128, causal seqused_k (K/V tails cleared), causal varlen
+# d128, and the deterministic mode with GQA (semaphores, descending order).
+filter+="$(fa3_bwd_sanitize_filter)"
+# FA_SANITIZE_FILTER replaces the list (a subset when device time is short).
+filter="${FA_SANITIZE_FILTER:-$filter}"
+tools="${FA_SANITIZE_TOOLS:-memcheck racecheck synccheck}"
 
 status=0
-for tool in memcheck racecheck synccheck; do
+for tool in $tools; do
   log="$logdir/sanitize-$tool.log"
   verdict=ok
   timeout "${FA_SANITIZE_TIMEOUT:-240}" "$sanitizer" --tool "$tool" --error-exitcode 17 \
