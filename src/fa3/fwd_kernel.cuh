@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90::fence_async_shared();
         sm90::named_barrier_sync_of<kPBarrier, 128>(consumer);
       } else {
-        pack_p<Element>(p_frag, s);
+        sm90::pack_fragments<Element>(p_frag, s);
       }
     };
     // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or

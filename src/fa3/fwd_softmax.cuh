@@ -122,13 +122,4 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kRegs], const float (&re
   for (int i = 0; i < kRegs; ++i) o[i] *= rescale[(i % 4) / 2];
 }
 
-// P as the register A operand of the next wgmma: k16 step kk is accumulators 8kk .. 8kk + 7.
-template <typename Element, int kRegs>
-__device__ __forceinline__ void pack_p(uint32_t (&frag)[kRegs / 8][4], const float (&s)[kRegs]) {
-#pragma unroll
-  for (int kk = 0; kk < kRegs / 8; ++kk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) frag[kk][e] = sm80::pack2<Element>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-}
-
 }  // namespace flashattn::fa3

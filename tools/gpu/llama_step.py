@@ -1,0 +1,81 @@
+"""A Hugging Face Transformers Llama training step as users run it: forward + backward of a randomly
+initialised model (6 layers, hidden 2048, 16 query / 4 KV heads, bf16), timed with
+attn_implementation="flash_attention_2" (flashattn through flashattn.compat) and with "sdpa", in the
+same process. Prints one JSON line per (implementation, shape): median step ms, tokens/s, peak
+memory, and the ratio to SDPA.
+
+usage (on the GPU machine, after `python3 -m pip install --no-build-isolation .`):
+  python3 tools/gpu/llama_step.py [--shapes 4x4096,1x16384] [--steps 10] [--json FILE]
+"""
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+
+STEP = textwrap.dedent("""
+    import json, sys, time
+    impl, batch, seqlen, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if impl == "flash_attention_2":
+        import flashattn.compat
+        flashattn.compat.install()
+    import torch, transformers
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=6,
+                                      num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                                      max_position_embeddings=max(seqlen, 4096))
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation=impl, torch_dtype=torch.bfloat16).cuda()
+    model.train()
+    ids = torch.randint(0, config.vocab_size, (batch, seqlen), device="cuda")
+    def step():
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        model.zero_grad(set_to_none=True)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(); step(); stop.record(); stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    ms = times[len(times) // 2]
+    print(json.dumps({"impl": impl, "batch": batch, "seqlen": seqlen, "median_ms": ms,
+                      "tokens_per_s": batch * seqlen / ms * 1e3,
+                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30}))
+""")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="4x4096,1x16384")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    rows = []
+    for shape in a.shapes.split(","):
+        batch, seqlen = map(int, shape.split("x"))
+        by_impl = {}
+        for impl in ("sdpa", "flash_attention_2"):
+            # A process per run: the shim must be installed before transformers is imported, and
+            # each run's peak memory is its own.
+            proc = subprocess.run([sys.executable, "-c", STEP, impl, str(batch), str(seqlen), str(a.steps)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"{impl} {shape}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
+                continue
+            by_impl[impl] = json.loads(proc.stdout.strip().splitlines()[-1])
+        for impl, row in by_impl.items():
+            if "sdpa" in by_impl:
+                row["speed_vs_sdpa"] = by_impl["sdpa"]["median_ms"] / row["median_ms"]
+                row["peak_gib_minus_sdpa"] = row["peak_gib"] - by_impl["sdpa"]["peak_gib"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if a.json:
+        json.dump(rows, open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
