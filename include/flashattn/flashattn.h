@@ -213,8 +213,10 @@ DeviceInfo device_info(int device = 0);
 const char* version();
 
 // CPU backend controls and accounting.
-void set_cpu_threads(int threads);  // 0 = all hardware threads
-int cpu_threads();
+// Threads of later calls (a running call keeps its count): 0 = all hardware threads; at most
+// max(64, 4 x the hardware threads), else an InvalidArgument error naming 'threads'.
+Status set_cpu_threads(int threads);
+int cpu_threads();  // what calls use now (0 resolved to the hardware threads)
 struct WorkspaceStats {
   std::size_t current_bytes = 0;
   std::size_t peak_bytes = 0;

@@ -20,6 +20,7 @@ from ._errors import (  # noqa: E402
     FlashAttnError,
     InternalError,
     UnsupportedError,
+    raise_for_status,
 )
 from .interface import (  # noqa: E402
     flash_attn_combine,
@@ -45,8 +46,9 @@ def library_version() -> str:
 
 
 def set_cpu_threads(threads: int) -> None:
-    """Threads of the CPU backend (0 = all hardware threads)."""
-    _ext.set_cpu_threads(int(threads))
+    """Threads of the CPU backend's later calls (0 = all hardware threads; at most
+    max(64, 4 x the hardware threads), else ArgumentError)."""
+    raise_for_status(_ext.set_cpu_threads(int(threads)))
 
 
 def cpu_threads() -> int:

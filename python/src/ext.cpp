@@ -348,7 +348,7 @@ NB_MODULE(_ext, m) {
   m.def("dropout_mask", &dropout_mask, "mask"_a, "dropout_p"_a, "dropout_seed"_a, "dropout_offset"_a);
   m.def("device_info", &device_info, "device"_a = 0);
   m.def("version", &flashattn::version);
-  m.def("set_cpu_threads", &flashattn::set_cpu_threads, "threads"_a);
+  m.def("set_cpu_threads", [](int threads) { return to_result(flashattn::set_cpu_threads(threads)); }, "threads"_a);
   m.def("cpu_threads", &flashattn::cpu_threads);
   m.def("cpu_workspace_stats", &cpu_workspace_stats);
   m.def("reset_cpu_workspace_peak", &flashattn::reset_cpu_workspace_peak);

@@ -533,6 +533,15 @@ Status check_backend(Backend backend) {
   return invalid_argument("backend", "must be Backend::Auto, Cpu, Fa2 or Fa3", std::to_string(int(backend)));
 }
 
+Status check_cpu_threads(int threads, int max_threads) {
+  if (threads < 0 || threads > max_threads)
+    return invalid_argument("threads",
+                            "must be in [0, " + std::to_string(max_threads) +
+                                "] (0 = all hardware threads; at most max(64, 4 x the hardware threads))",
+                            std::to_string(threads));
+  return {};
+}
+
 // ---------------------------------------------------------------------------------------------
 // KV cache
 // ---------------------------------------------------------------------------------------------

@@ -91,14 +91,14 @@ Status bwd(const BwdProblem& bp) {
   const AttnProblem& p = bp.fwd;
   const int64_t d = p.head_dim, dv = p.head_dim_v;
   const int64_t total_rows = packed_row_base(p, p.batch);
-  const int workers = worker_count();
+  const WorkerTeam team;
   std::vector<BwdScratch> scratch;
-  scratch.reserve(size_t(workers));
-  for (int w = 0; w < workers; ++w) scratch.emplace_back(d, dv);
+  scratch.reserve(size_t(team.size()));
+  for (int w = 0; w < team.size(); ++w) scratch.emplace_back(d, dv);
 
   // Preprocess: D = rowsum(dO * O), one float per (row, head).
   Scratch<float> delta(size_t(std::max<int64_t>(1, total_rows * p.heads_q)));
-  parallel_for(p.batch * p.heads_q, [&](int64_t item, int worker) {
+  team.parallel_for(p.batch * p.heads_q, [&](int64_t item, int worker) {
     const int64_t b = item / p.heads_q, h = item % p.heads_q;
     float* o_row = scratch[size_t(worker)].acc_a.data();
     float* do_row = scratch[size_t(worker)].acc_b.data();
@@ -122,7 +122,7 @@ Status bwd(const BwdProblem& bp) {
       for (int64_t key0 = 0; key0 < stored_keys(p, b); key0 += kBlockN) key_blocks.push_back({b, hk, key0});
   const int64_t group = p.heads_q / p.heads_k;
 
-  parallel_for(int64_t(key_blocks.size()), [&](int64_t item, int worker) {
+  team.parallel_for(int64_t(key_blocks.size()), [&](int64_t item, int worker) {
     const KeyBlock& kb = key_blocks[size_t(item)];
     BwdScratch& ws = scratch[size_t(worker)];
     const int64_t sq = p.lens.q(kb.b), sk = p.lens.k(kb.b);
@@ -159,7 +159,7 @@ Status bwd(const BwdProblem& bp) {
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t row0 = 0; row0 < p.lens.q(b); row0 += kBlockM) row_blocks.push_back({b, h, row0});
 
-  parallel_for(int64_t(row_blocks.size()), [&](int64_t item, int worker) {
+  team.parallel_for(int64_t(row_blocks.size()), [&](int64_t item, int worker) {
     const RowBlock& rb = row_blocks[size_t(item)];
     BwdScratch& ws = scratch[size_t(worker)];
     const int64_t sq = p.lens.q(rb.b), sk = p.lens.k(rb.b);

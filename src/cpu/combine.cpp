@@ -15,12 +15,12 @@ namespace flashattn::cpu {
 Status combine(const CombineProblem& c) {
   const int64_t rows = c.batch * c.seqlen;
   const int64_t rows_per_item = 16;
-  const int workers = worker_count();
+  const WorkerTeam team;
   std::vector<Scratch<float>> acc;
-  acc.reserve(size_t(workers));
-  for (int w = 0; w < workers; ++w) acc.emplace_back(size_t(c.head_dim + c.splits));
+  acc.reserve(size_t(team.size()));
+  for (int w = 0; w < team.size(); ++w) acc.emplace_back(size_t(c.head_dim + c.splits));
 
-  parallel_for((rows + rows_per_item - 1) / rows_per_item, [&](int64_t item, int worker) {
+  team.parallel_for((rows + rows_per_item - 1) / rows_per_item, [&](int64_t item, int worker) {
     float* out_row = acc[size_t(worker)].data();
     float* weights = out_row + c.head_dim;
     const int64_t row_end = std::min(rows, (item + 1) * rows_per_item);

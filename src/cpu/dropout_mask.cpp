@@ -8,7 +8,7 @@ namespace flashattn::cpu {
 void dropout_mask(const DropoutArgs& args, int64_t batch, int64_t heads, int64_t seqlen_q,
                   int64_t seqlen_k, uint8_t* mask) {
   const uint32_t threshold = dropout_threshold(args.dropout_p);
-  parallel_for(batch * heads, [&](int64_t item, int) {
+  WorkerTeam().parallel_for(batch * heads, [&](int64_t item, int) {
     const int64_t b = item / heads, h = item % heads;
     uint8_t* m = mask + item * seqlen_q * seqlen_k;
     for (int64_t i = 0; i < seqlen_q; ++i)

@@ -107,11 +107,10 @@ std::vector<RowBlock> row_blocks(const AttnProblem& p) {
   return blocks;
 }
 
-int choose_splits(const AttnProblem& p, size_t n_blocks) {
+int choose_splits(const AttnProblem& p, size_t n_blocks, int workers) {
   if (p.num_splits > 0) return p.num_splits;
   // Enough items for every worker when there are few row blocks (decoding), never splits
   // shorter than a couple of key tiles.
-  const int workers = worker_count();
   if (n_blocks == 0 || int64_t(n_blocks) >= 2 * workers) return 1;
   int64_t max_keys = 0;
   for (int64_t b = 0; b < p.batch; ++b) max_keys = std::max(max_keys, p.lens.k(b));
@@ -131,15 +130,15 @@ void store_rows(const AttnProblem& p, const RowBlock& blk, const FwdScratch& ws)
 }  // namespace
 
 Status fwd(const AttnProblem& p) {
+  const WorkerTeam team;
   const std::vector<RowBlock> blocks = row_blocks(p);
-  const int splits = choose_splits(p, blocks.size());
-  const int workers = worker_count();
+  const int splits = choose_splits(p, blocks.size(), team.size());
   std::vector<FwdScratch> scratch;
-  scratch.reserve(size_t(workers));
-  for (int w = 0; w < workers; ++w) scratch.emplace_back(p.head_dim, p.head_dim_v);
+  scratch.reserve(size_t(team.size()));
+  for (int w = 0; w < team.size(); ++w) scratch.emplace_back(p.head_dim, p.head_dim_v);
 
   if (splits <= 1) {
-    parallel_for(int64_t(blocks.size()), [&](int64_t item, int worker) {
+    team.parallel_for(int64_t(blocks.size()), [&](int64_t item, int worker) {
       const RowBlock& blk = blocks[size_t(item)];
       attend_row_block(p, blk.b, blk.h, blk.row0, blk.rows, 0, p.lens.k(blk.b), scratch[size_t(worker)]);
       store_rows(p, blk, scratch[size_t(worker)]);
@@ -156,7 +155,7 @@ Status fwd(const AttnProblem& p) {
   Scratch<float> lse_partial(size_t(splits * ws.total_rows * p.heads_q));
   ws.out_partial = out_partial.data();
   ws.lse_partial = lse_partial.data();
-  parallel_for(int64_t(blocks.size()) * splits, [&](int64_t item, int worker) {
+  team.parallel_for(int64_t(blocks.size()) * splits, [&](int64_t item, int worker) {
     const RowBlock& blk = blocks[size_t(item / splits)];
     const int split = int(item % splits);
     const KeyRange keys = split_key_range(p.lens.k(blk.b), kBlockN, split, splits);

@@ -35,10 +35,11 @@ Status fwd_kvcache(const KvCacheProblem& kp) {
   AttnProblem p = kp.attn;
   const int64_t d = p.head_dim, dv = p.head_dim_v;
   const bool rotary = kp.rotary.rotary_dim > 0;
+  const WorkerTeam team;
 
   // Append the new keys and values (k rotated at its absolute position) in the cache's dtype.
   if (kp.k_new.data != nullptr && kp.seqlen_new > 0) {
-    parallel_for(p.batch * kp.seqlen_new, [&](int64_t item, int) {
+    team.parallel_for(p.batch * kp.seqlen_new, [&](int64_t item, int) {
       const int64_t b = item / kp.seqlen_new, t = item % kp.seqlen_new;
       const int64_t pos = cache_start(kp, b) + t;
       std::vector<float> row(size_t(std::max(d, dv)));
@@ -62,7 +63,7 @@ Status fwd_kvcache(const KvCacheProblem& kp) {
     q_dense.head_stride = d;
     q_dense.row_stride = p.heads_q * d;
     q_dense.batch_stride = sq * p.heads_q * d;
-    parallel_for(p.batch * sq, [&](int64_t item, int) {
+    team.parallel_for(p.batch * sq, [&](int64_t item, int) {
       const int64_t b = item / sq, i = item % sq;
       const int64_t pos = cache_start(kp, b) + (kp.rotary_q_per_row ? i : 0);
       std::vector<float> row(static_cast<size_t>(d));

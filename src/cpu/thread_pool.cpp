@@ -1,47 +1,36 @@
 #include "cpu/thread_pool.h"
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "flashattn/flashattn.h"
-
 namespace flashattn::cpu {
 namespace {
 
+std::atomic<int> g_configured_threads{0};  // set_cpu_threads; 0 = all hardware threads
+
+int hardware_threads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : int(hw);
+}
+
 class ThreadPool {
  public:
-  static ThreadPool& instance() {
-    static ThreadPool pool;
-    return pool;
-  }
-
-  int size() {
-    std::lock_guard<std::mutex> lock(config_mutex_);
-    return requested_threads();
-  }
-
-  void set_threads(int threads) {
-    std::lock_guard<std::mutex> lock(config_mutex_);
-    requested_ = threads;
-  }
-
-  void run(int64_t n_items, const std::function<void(int64_t, int)>& body) {
-    // One parallel region at a time: concurrent callers (several host threads calling the
-    // library) queue here rather than interleave their items.
-    std::lock_guard<std::mutex> run_lock(run_mutex_);
-    int threads;
-    {
-      std::lock_guard<std::mutex> lock(config_mutex_);
-      threads = requested_threads();
-    }
+  // Runs body over n_items on `threads` threads (the caller included), worker indices below it.
+  void run(int64_t n_items, int threads, const std::function<void(int64_t, int)>& body) {
     if (threads > n_items) threads = int(n_items);
     if (threads <= 1) {
       for (int64_t i = 0; i < n_items; ++i) body(i, 0);
       return;
     }
+    // One parallel region at a time: concurrent callers (several host threads calling the
+    // library) queue here rather than interleave their items.
+    std::lock_guard<std::mutex> run_lock(run_mutex_);
     ensure_workers(threads - 1);
     {
       std::lock_guard<std::mutex> lock(job_mutex_);
@@ -59,22 +48,7 @@ class ThreadPool {
     job_body_ = nullptr;
   }
 
-  ~ThreadPool() {
-    {
-      std::lock_guard<std::mutex> lock(job_mutex_);
-      stopping_ = true;
-    }
-    job_ready_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
-
  private:
-  int requested_threads() const {
-    if (requested_ > 0) return requested_;
-    const unsigned hw = std::thread::hardware_concurrency();
-    return hw == 0 ? 1 : int(hw);
-  }
-
   void ensure_workers(int count) {
     while (int(workers_.size()) < count) {
       const int index = int(workers_.size()) + 1;  // worker 0 is the caller
@@ -87,8 +61,7 @@ class ThreadPool {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(job_mutex_);
-        job_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
+        job_ready_.wait(lock, [&] { return generation_ != seen; });
         seen = generation_;
         if (index > active_workers_) continue;  // this job uses fewer threads
       }
@@ -106,9 +79,6 @@ class ThreadPool {
     }
   }
 
-  std::mutex config_mutex_;
-  int requested_ = 0;
-
   std::mutex run_mutex_;
   std::mutex job_mutex_;
   std::condition_variable job_ready_, job_done_;
@@ -119,23 +89,47 @@ class ThreadPool {
   int active_workers_ = 0;
   int pending_ = 0;
   uint64_t generation_ = 0;
-  bool stopping_ = false;
 };
+
+// The pool lives until the process ends (never destroyed: at exit a call may still be running in
+// another thread). Created on first use.
+std::atomic<ThreadPool*> g_pool{nullptr};
+
+ThreadPool& pool() {
+  ThreadPool* current = g_pool.load(std::memory_order_acquire);
+  if (current != nullptr) return *current;
+  auto* fresh = new ThreadPool;
+  if (g_pool.compare_exchange_strong(current, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;  // another thread created it first
+  return *current;
+}
+
+// After fork() the child has only the forking thread: the pool's workers are gone and its mutexes
+// may be held by threads that no longer exist, so its first call would wait forever. The child
+// forgets that pool (leaked on purpose: destroying its joinable std::threads would terminate) and
+// starts a fresh one on first use. Only a pointer store: safe in an atfork handler.
+void forget_pool_in_child() { g_pool.store(nullptr, std::memory_order_relaxed); }
+
+// Registered at load time, while the process is still single-threaded.
+[[maybe_unused]] const int g_atfork_registered = pthread_atfork(nullptr, nullptr, forget_pool_in_child);
 
 }  // namespace
 
-int worker_count() { return ThreadPool::instance().size(); }
+void set_configured_threads(int threads) { g_configured_threads.store(threads); }
+int configured_threads() { return g_configured_threads.load(); }
 
-void parallel_for(int64_t n_items, const std::function<void(int64_t, int)>& body) {
+int resolved_threads() {
+  const int configured = configured_threads();
+  return configured > 0 ? configured : hardware_threads();
+}
+
+int max_cpu_threads() { return std::max(64, 4 * hardware_threads()); }
+
+WorkerTeam::WorkerTeam() : size_(resolved_threads()) {}
+
+void WorkerTeam::parallel_for(int64_t n_items, const std::function<void(int64_t, int)>& body) const {
   if (n_items <= 0) return;
-  ThreadPool::instance().run(n_items, body);
+  pool().run(n_items, size_, body);
 }
 
 }  // namespace flashattn::cpu
-
-namespace flashattn {
-
-void set_cpu_threads(int threads) { cpu::ThreadPool::instance().set_threads(threads < 0 ? 0 : threads); }
-int cpu_threads() { return cpu::worker_count(); }
-
-}  // namespace flashattn
