@@ -48,7 +48,9 @@ void load_row_tile(const BwdProblem& bp, const float* delta_all, int64_t b, int6
   }
 }
 
-// With kt/vt holding the key tile: P, P with dropout, and dS (in ws.dp) for the row tile.
+// With kt/vt holding the key tile: P, P with dropout, and dS (in ws.dp) for the row tile. P and
+// dS are exactly 0 where the mask hides the key, even in a row whose LSE, D or dP is NaN: the
+// products below would carry a NaN there to keys (dK, dV) or rows (dQ) that never saw it.
 void recompute_tile(const BwdProblem& bp, const TileCoords& tile, BwdScratch& ws, bool want_p_drop) {
   const AttnProblem& p = bp.fwd;
   float* s = ws.p.data();
@@ -63,6 +65,7 @@ void recompute_tile(const BwdProblem& bp, const TileCoords& tile, BwdScratch& ws
     const float lse_log2 = ws.lse[i] * kLog2e;
     exp2_shifted(pi, tile.keys, lse_log2);
   }
+  zero_hidden(p, tile, s, kBlockN);
   const bool dropout = p.dropout_p > 0.f;
   if (want_p_drop) {
     std::copy(s, s + tile.rows * kBlockN, ws.p_drop.data());
@@ -78,6 +81,7 @@ void recompute_tile(const BwdProblem& bp, const TileCoords& tile, BwdScratch& ws
     const float* gi = ws.grad_factor.data() + i * kBlockN;
     for (int j = 0; j < tile.keys; ++j) dpi[j] = pi[j] * (dpi[j] - ws.delta[i]) * gi[j];
   }
+  zero_hidden(p, tile, dp, kBlockN);
 }
 
 void store_tile(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0, int rows,
@@ -142,8 +146,8 @@ Status bwd(const BwdProblem& bp) {
           load_row_tile(bp, delta.data(), kb.b, h, row0, n_rows, ws);
           const TileCoords tile{kb.b, h, row0, kb.key0, n_rows, keys, sq, sk};
           recompute_tile(bp, tile, ws, /*want_p_drop=*/true);
-          matmul_accumulate_at(ws.p_drop.data(), kBlockN, n_rows, keys, ws.dout.data(), dv, dv, dv_acc, dv);
-          matmul_accumulate_at(ws.dp.data(), kBlockN, n_rows, keys, ws.q.data(), d, d, dk, d);
+          matmul_accumulate_at_visible(p, tile, ws.p_drop.data(), kBlockN, ws.dout.data(), dv, dv, dv_acc, dv);
+          matmul_accumulate_at_visible(p, tile, ws.dp.data(), kBlockN, ws.q.data(), d, d, dk, d);
         }
     }
     store_tile(bp.dk, p.out_dtype, kb.b, kb.hk, kb.key0, stored, d, dk);
@@ -176,7 +180,7 @@ Status bwd(const BwdProblem& bp) {
       load_tile(p.k, p.dtype, rb.b, hk, key0, n_keys, d, ws.k.data(), d);
       const TileCoords tile{rb.b, rb.h, rb.row0, key0, n_rows, n_keys, sq, sk};
       recompute_tile(bp, tile, ws, /*want_p_drop=*/false);
-      matmul_accumulate(ws.dp.data(), kBlockN, n_rows, n_keys, ws.k.data(), d, d, dq, d);
+      matmul_accumulate_visible(p, tile, ws.dp.data(), kBlockN, ws.k.data(), d, d, dq, d);
     }
     store_tile(bp.dq, p.out_dtype, rb.b, rb.h, rb.row0, n_rows, d, dq);
   });

@@ -1,6 +1,7 @@
 // Merges split-KV partial results: out = sum_s w_s * out_s with w_s = exp(lse_s - lse) and
 // lse = log sum_s exp(lse_s). Splits that saw no key (lse_s = -inf) weigh nothing; a row no split
-// saw gets out = 0 and lse = -inf.
+// saw gets out = 0 and lse = -inf. A NaN in any split that saw keys makes the row NaN: its lse, or
+// its out_s even when its weight underflowed to 0 (0 * NaN), as one softmax over all keys would.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -28,8 +29,11 @@ Status combine(const CombineProblem& c) {
       const int64_t b = r / c.seqlen, i = r % c.seqlen;
       for (int64_t h = 0; h < c.heads; ++h) {
         float max_lse = -INFINITY;
-        for (int64_t s = 0; s < c.splits; ++s)
-          max_lse = std::max(max_lse, c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)]);
+        for (int64_t s = 0; s < c.splits; ++s) {
+          const float lse_s = c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)];
+          if (lse_s > max_lse || lse_s != lse_s) max_lse = lse_s;
+          if (max_lse != max_lse) break;
+        }
         std::fill(out_row, out_row + c.head_dim, 0.f);
         float lse = -INFINITY;
         if (max_lse != -INFINITY) {
@@ -39,7 +43,7 @@ Status combine(const CombineProblem& c) {
             sum += weights[s];
           }
           for (int64_t s = 0; s < c.splits; ++s) {
-            if (weights[s] == 0.f) continue;
+            if (c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)] == -INFINITY) continue;  // saw no key
             const float w = weights[s] / sum;
             const float* part = c.out_partial + c.out_partial_strides.offset(s, b, i, h);
             for (int64_t x = 0; x < c.head_dim; ++x) out_row[x] += w * part[x];

@@ -51,11 +51,15 @@ void attend_row_block(const AttnProblem& p, int64_t b, int64_t h, int64_t row0, 
     const TileCoords tile{b, h, row0, key0, rows, keys, sq, sk};
     scores_to_logits(p, tile, s, kBlockN, nullptr);
 
-    // Online softmax: new running max, rescale O and the sum only when the max moved.
+    // Online softmax: new running max, rescale O and the sum only when the max moved. max_of
+    // skips NaN: a NaN logit beside a finite one turns the tile's sum, and so the row, NaN.
     for (int i = 0; i < rows; ++i) {
       float* si = s + i * kBlockN;
       const float new_max = std::max(m[i], simd::max_of(si, keys));
       if (new_max == -INFINITY) {  // nothing visible yet: weights stay 0
+        // Unless the visible logits are all NaN: the row is NaN from here on (std::max keeps a
+        // NaN running max).
+        if (std::any_of(si, si + keys, [](float x) { return x != x; })) m[i] = l[i] = NAN;
         std::fill(si, si + keys, 0.f);
         continue;
       }
@@ -72,7 +76,7 @@ void attend_row_block(const AttnProblem& p, int64_t b, int64_t h, int64_t row0, 
       l[i] += tile_sum;
     }
     if (p.dropout_p > 0.f) apply_dropout(p, tile, s, kBlockN);
-    matmul_accumulate(s, kBlockN, rows, keys, ws.v.data(), dv, dv, o, dv);
+    matmul_accumulate_visible(p, tile, s, kBlockN, ws.v.data(), dv, dv, o, dv);
   }
 
   // Normalise; a row that saw no key gets O = 0 and LSE = -inf.

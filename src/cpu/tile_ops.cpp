@@ -135,12 +135,20 @@ void matmul_accumulate_at(const float* p, int64_t ldp, int rows, int cols, const
   gemm({p, 1, ldp}, cols, rows, b, ldb, int(n), c, ldc, /*accumulate=*/true);
 }
 
+namespace {
+
+bool fully_visible(const AttnProblem& problem, const TileCoords& tile) {
+  return tile_fully_visible(problem.mask, tile.row0, tile.row0 + tile.rows, tile.key0, tile.key0 + tile.keys,
+                            tile.seqlen_q, tile.seqlen_k);
+}
+
+}  // namespace
+
 void scores_to_logits(const AttnProblem& problem, const TileCoords& tile, float* s, int64_t lds,
                       float* grad_factor) {
   const ScoreParams score = problem.score;
   const float slope = problem.alibi_slope(tile.batch, tile.head);
-  const bool full = tile_fully_visible(problem.mask, tile.row0, tile.row0 + tile.rows, tile.key0,
-                                       tile.key0 + tile.keys, tile.seqlen_q, tile.seqlen_k);
+  const bool full = fully_visible(problem, tile);
   for (int i = 0; i < tile.rows; ++i) {
     float* si = s + i * lds;
     float* gi = grad_factor != nullptr ? grad_factor + i * lds : nullptr;
@@ -163,6 +171,49 @@ void scores_to_logits(const AttnProblem& problem, const TileCoords& tile, float*
       for (int j = 0; j < tile.keys; ++j)
         if (!key_visible(problem.mask, row, tile.key0 + j, tile.seqlen_q, tile.seqlen_k))
           si[j] = -INFINITY;
+  }
+}
+
+void zero_hidden(const AttnProblem& problem, const TileCoords& tile, float* p, int64_t ldp) {
+  if (fully_visible(problem, tile)) return;
+  for (int i = 0; i < tile.rows; ++i)
+    for (int j = 0; j < tile.keys; ++j)
+      if (!key_visible(problem.mask, tile.row0 + i, tile.key0 + j, tile.seqlen_q, tile.seqlen_k)) p[i * ldp + j] = 0.f;
+}
+
+bool all_finite(const float* x, int rows, int64_t cols, int64_t ld) {
+  bool finite = true;
+  for (int r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) finite &= std::isfinite(x[r * ld + c]);
+  return finite;
+}
+
+// The mask shows each row a contiguous key range (and each key a contiguous row range), so the
+// visible pairs of one row (or one key) form a single slice of the tile.
+void matmul_accumulate_visible(const AttnProblem& problem, const TileCoords& tile, const float* p, int64_t ldp,
+                               const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc) {
+  if (fully_visible(problem, tile) || all_finite(b, tile.keys, n, ldb))
+    return matmul_accumulate(p, ldp, tile.rows, tile.keys, b, ldb, n, c, ldc);
+  for (int i = 0; i < tile.rows; ++i) {
+    const KeyRange keys = visible_keys(problem.mask, tile.row0 + i, tile.row0 + i + 1, tile.seqlen_q, tile.seqlen_k);
+    const int64_t begin = std::max(keys.begin, tile.key0) - tile.key0;
+    const int64_t end = std::min(keys.end, tile.key0 + tile.keys) - tile.key0;
+    if (begin < end)
+      matmul_accumulate(p + i * ldp + begin, ldp, 1, int(end - begin), b + begin * ldb, ldb, n, c + i * ldc, ldc);
+  }
+}
+
+void matmul_accumulate_at_visible(const AttnProblem& problem, const TileCoords& tile, const float* p, int64_t ldp,
+                                  const float* b, int64_t ldb, int64_t n, float* c, int64_t ldc) {
+  if (fully_visible(problem, tile) || all_finite(b, tile.rows, n, ldb))
+    return matmul_accumulate_at(p, ldp, tile.rows, tile.keys, b, ldb, n, c, ldc);
+  for (int j = 0; j < tile.keys; ++j) {
+    const int64_t key = tile.key0 + j;
+    const KeyRange rows = visible_rows(problem.mask, key, key + 1, tile.seqlen_q, tile.seqlen_k);
+    const int64_t begin = std::max(rows.begin, tile.row0) - tile.row0;
+    const int64_t end = std::min(rows.end, tile.row0 + tile.rows) - tile.row0;
+    if (begin < end)
+      matmul_accumulate_at(p + begin * ldp + j, ldp, int(end - begin), 1, b + begin * ldb, ldb, n, c + j * ldc, ldc);
   }
 }
 

@@ -100,6 +100,26 @@ struct TileCoords {
 void scores_to_logits(const AttnProblem& problem, const TileCoords& tile, float* s, int64_t lds,
                       float* grad_factor);
 
+// Sets p[i][j] to 0 where the mask hides key key0 + j from row row0 + i (nothing to do on a fully
+// visible tile): weights that must be exactly 0 even when a NaN row LSE or NaN dP made them NaN.
+void zero_hidden(const AttnProblem& problem, const TileCoords& tile, float* p, int64_t ldp);
+
+// Whether x[r][c] is finite for every r < rows, c < cols.
+bool all_finite(const float* x, int rows, int64_t cols, int64_t ld);
+
+// matmul_accumulate and matmul_accumulate_at over the visible (row, key) pairs of a tile only.
+// A hidden weight is 0, but 0 * NaN is NaN: where b holds a NaN or an infinity, the plain product
+// would carry it to rows (or keys) that never see it. They fall back to the plain product when
+// that gives the same result (the tile is fully visible, or b is all finite).
+//   c[i][n] += sum over keys j visible to row i of p[i][j] * b[j][n]      (b: keys x n)
+void matmul_accumulate_visible(const AttnProblem& problem, const TileCoords& tile, const float* p,
+                               int64_t ldp, const float* b, int64_t ldb, int64_t n, float* c,
+                               int64_t ldc);
+//   c[j][n] += sum over rows i that see key j of p[i][j] * b[i][n]        (b: rows x n)
+void matmul_accumulate_at_visible(const AttnProblem& problem, const TileCoords& tile, const float* p,
+                                  int64_t ldp, const float* b, int64_t ldb, int64_t n, float* c,
+                                  int64_t ldc);
+
 // Multiplies p[i][j] by the dropout keep mask / (1 - p_drop); dropped entries become 0.
 void apply_dropout(const AttnProblem& problem, const TileCoords& tile, float* p, int64_t ldp);
 

@@ -103,3 +103,54 @@ def test_thread_count_is_bounded():
         assert flashattn.cpu_threads() == 3
     finally:
         flashattn.set_cpu_threads(0)
+
+
+# --- NaN in, NaN out -------------------------------------------------------------------------
+
+def _qkv(shape_q, shape_k, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal(s).astype(np.float32) for s in (shape_q, shape_k, shape_k))
+
+
+def test_nan_in_q_makes_its_row_nan_and_nothing_else():
+    q, k, v = _qkv((2, 150, 2, 64), (2, 150, 2, 64))
+    clean_out, clean_lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+    q[1, 70, 1, 5] = np.nan
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+    assert np.isnan(out[1, 70, 1]).all() and np.isnan(lse[1, 1, 70])  # was: 0 and -inf
+    out[1, 70, 1] = clean_out[1, 70, 1]
+    lse[1, 1, 70] = clean_lse[1, 1, 70]
+    assert np.array_equal(out, clean_out) and np.array_equal(lse, clean_lse)
+
+    dout = np.random.default_rng(1).standard_normal(out.shape).astype(np.float32)
+    out_nan, lse_nan, _ = flashattn.numpy_api.fwd(q, k, v)
+    dq, dk, dv = flashattn.numpy_api.bwd(dout, q, k, v, out_nan, lse_nan)
+    assert np.isnan(dq[1, 70, 1]).all()
+    assert not np.isnan(np.delete(dq.reshape(-1, 64), (1 * 150 + 70) * 2 + 1, axis=0)).any()
+    assert np.isnan(dk[1, :, 1]).all() and np.isnan(dv[1, :, 1]).all()  # every key the row sees
+    assert not np.isnan(dk[0]).any() and not np.isnan(dk[1, :, 0]).any() and not np.isnan(dv[1, :, 0]).any()
+
+
+def test_nan_alibi_slope_makes_its_head_nan():
+    q, k, v = _qkv((2, 100, 4, 64), (2, 100, 4, 64))
+    slopes = np.full(4, 0.25, dtype=np.float32)
+    clean = flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
+    slopes[2] = np.nan
+    out = flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
+    assert np.isnan(out[:, :, 2]).all()  # was: 0
+    assert np.array_equal(np.delete(out, 2, axis=2), np.delete(clean, 2, axis=2))
+
+
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_nan_in_v_reaches_only_the_rows_that_see_it(num_splits):
+    # Causal, sk > sq: key 250 is seen by rows 150.. only, though rows 0..127 load its key tile.
+    q, k, v = _qkv((1, 200, 2, 64), (1, 300, 2, 64))
+    clean = flash_attn_func(q, k, v, causal=True, num_splits=num_splits)
+    v[0, 250, 1, 7] = np.nan
+    out = flash_attn_func(q, k, v, causal=True, num_splits=num_splits)
+    sees = np.arange(200) + 100 >= 250
+    assert np.isnan(out[0, sees, 1, 7]).all()
+    nan_expected = np.zeros(out.shape, dtype=bool)
+    nan_expected[0, sees, 1, 7] = True
+    assert np.array_equal(np.isnan(out), nan_expected)
+    np.testing.assert_allclose(out[~nan_expected], clean[~nan_expected], rtol=1e-5, atol=1e-6)
