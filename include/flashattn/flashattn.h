@@ -163,7 +163,12 @@ struct KvCacheParams : AttnOptions {
   TensorView cache_seqlens;      // optional int32 (batch): tokens already in the cache;
                                  //   absent = the whole cache (seqlen_cache) is used
   TensorView cache_batch_idx;    // optional int32 (batch): cache row of each batch entry
-  TensorView block_table;        // optional int32 (batch, max_blocks_per_seq): paged cache
+  TensorView block_table;        // optional int32 (batch, max_blocks_per_seq): paged cache.
+                                 //   Sequences may share pages they only read (prefix sharing);
+                                 //   with k_new, a page keys are appended into must not be shared
+                                 //   (InvalidArgument). Checked for host tables only: a CUDA
+                                 //   block_table cannot be read on the host, and sharing a page
+                                 //   that is appended into gives undefined results there.
   TensorView rotary_cos, rotary_sin;  // optional (seqlen_ro, rotary_dim / 2), dtype of q
   bool rotary_interleaved = false;    // true: GPT-J pairs (0,1),(2,3)...; false: NeoX halves
   TensorView out;                // required (batch, seqlen_q, heads_q, head_dim_v)

@@ -618,6 +618,46 @@ Status check_block_table_contents(const TensorView& block_table, int64_t batch, 
   return {};
 }
 
+Status check_block_table_writes(const TensorView& block_table, int64_t batch, int64_t page_size,
+                                const int32_t* cache_seqlens, int64_t seqlen_new) {
+  if (block_table.device != DeviceType::Cpu || seqlen_new <= 0) return {};  // kernels cannot tell
+  struct PageUse {
+    int32_t block;
+    int64_t seq, page;
+    bool written;
+  };
+  const int32_t* v = int_data(block_table);
+  const int64_t row_stride = block_table.stride[0];
+  std::vector<PageUse> uses;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t first_new = cache_seqlens[b], end = first_new + seqlen_new;
+    for (int64_t p = 0; p < (end + page_size - 1) / page_size; ++p)
+      uses.push_back({v[b * row_stride + p], b, p, p >= first_new / page_size});
+  }
+  std::sort(uses.begin(), uses.end(), [](const PageUse& x, const PageUse& y) {
+    return x.block != y.block ? x.block < y.block : x.seq != y.seq ? x.seq < y.seq : x.page < y.page;
+  });
+  const auto entry = [](const PageUse& u) {
+    return "block_table[" + std::to_string(u.seq) + "][" + std::to_string(u.page) + "]";
+  };
+  for (size_t first = 0, next = 0; first < uses.size(); first = next) {
+    next = first + 1;
+    while (next < uses.size() && uses[next].block == uses[first].block) ++next;
+    if (next - first == 1) continue;
+    const auto written = std::find_if(uses.begin() + std::ptrdiff_t(first), uses.begin() + std::ptrdiff_t(next),
+                                      [](const PageUse& u) { return u.written; });
+    if (written == uses.begin() + std::ptrdiff_t(next)) continue;  // a shared read-only page: fine
+    const PageUse& other = written == uses.begin() + std::ptrdiff_t(first) ? uses[first + 1] : uses[first];
+    return invalid_argument("block_table",
+                            "a page that k_new is appended into must appear only once among the pages in use "
+                            "(two sequences would write it, or read keys being written; only pages without "
+                            "new keys may be shared)",
+                            "block " + std::to_string(written->block) + " at " + entry(*written) +
+                                " (appended into) and at " + entry(other));
+  }
+  return {};
+}
+
 Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim) {
   if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > head_dim)
     return invalid_argument("rotary_cos",

@@ -172,6 +172,11 @@ Status check_cache_batch_idx_contents(const TensorView& index, int64_t batch, in
 Status check_block_table_contents(const TensorView& block_table, int64_t batch, int64_t num_blocks,
                                   int64_t page_size, const int32_t* cache_seqlens,
                                   int64_t seqlen_new);
+// Appending (seqlen_new > 0): a page that new keys are written into appears once among the pages
+// in use, else two sequences would write one page, or one would read keys another is writing.
+// Pages without new keys may be shared (prefix sharing). Host tables only (after the contents check).
+Status check_block_table_writes(const TensorView& block_table, int64_t batch, int64_t page_size,
+                                const int32_t* cache_seqlens, int64_t seqlen_new);
 Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim);  // in [2, head_dim], even
 // The table covers every position used: cache_seqlens[b] + seqlen_new keys, and q's positions.
 Status check_rotary_length(int64_t seqlen_ro, int64_t batch, const int32_t* cache_seqlens,

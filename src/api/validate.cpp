@@ -539,8 +539,10 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   if (cache_seqlens.defined()) FA_CHECK(check_cache_seqlens_contents(cache_seqlens, batch, seqlen_new, capacity));
   if (batch_idx.defined())
     FA_CHECK(check_cache_batch_idx_contents(batch_idx, batch, k_cache.shape[0], /*must_be_distinct=*/appends));
-  if (paged)
+  if (paged) {
     FA_CHECK(check_block_table_contents(block_table, batch, k_cache.shape[0], k_cache.shape[1], seqlens, seqlen_new));
+    if (appends) FA_CHECK(check_block_table_writes(block_table, batch, k_cache.shape[1], seqlens, seqlen_new));
+  }
   // Rotary positions of q: one per row with a causal or local mask, else all at the first new one.
   const bool q_per_row = params.causal || params.window_left >= 0 || params.window_right >= 0;
   if (rotary && q.device == DeviceType::Cpu)

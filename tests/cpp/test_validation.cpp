@@ -1103,6 +1103,58 @@ TEST_F(KvCacheRules, BlockTableEntriesInUseMustExist) {
   EXPECT_INVALID(build(), "block_table", "got block_table[0][2] = -1");
 }
 
+// Sequence 0 appends at keys 3 and 4 (pages 0 and 1: blocks 5 and 0), sequence 1 at keys 8 and 9
+// (page 2: block 4); sequence 1 reads blocks 1 and 2.
+TEST_F(KvCacheRules, PagesAppendedIntoAreNotShared) {
+  use_paged_cache();
+  int32_t* table = block_table.as<int32_t>();
+  EXPECT_OK(build());
+  table[5] = 0;  // both sequences append into block 0 (the issue: block_table [[0], [0]])
+  EXPECT_INVALID(build(), "block_table",
+                 "a page that k_new is appended into must appear only once among the pages in use");
+  EXPECT_INVALID(build(), "block_table", "got block 0 at block_table[0][1] (appended into) and at block_table[1][2]");
+  table[5] = 4;
+  table[3] = 5;  // sequence 1 would read keys sequence 0 is writing
+  EXPECT_INVALID(build(), "block_table", "got block 5 at block_table[0][0] (appended into) and at block_table[1][0]");
+  table[3] = 1;
+  table[1] = 5;  // sequence 0 would write one page at two positions
+  EXPECT_INVALID(build(), "block_table", "got block 5 at block_table[0][0] (appended into) and at block_table[0][1]");
+  table[1] = 0;
+  table[2] = 4;  // past sequence 0's keys: not in use, anything goes
+  EXPECT_OK(build());
+}
+
+TEST_F(KvCacheRules, SharedPagesWithoutNewKeysAreFine) {
+  use_paged_cache();
+  int32_t* table = block_table.as<int32_t>();
+  // Prefix sharing: block 5 is page 0 of both sequences.
+  table[3] = 5;
+  p.k_new = {};
+  p.v_new = {};
+  EXPECT_OK(build());  // reading only
+  table[0] = table[1] = table[2] = table[3] = table[4] = table[5] = 2;
+  EXPECT_OK(build());
+  // Appending while sharing a full page nobody writes: sequence 0 has 4 keys (page 0 full) and
+  // appends into page 1; sequence 1 appends into page 2.
+  p.k_new = k_new.view();
+  p.v_new = v_new.view();
+  const int32_t pages[] = {5, 0, 3, 5, 2, 4};
+  std::memcpy(table, pages, sizeof(pages));
+  cache_seqlens.as<int32_t>()[0] = 4;
+  EXPECT_OK(build());
+  cache_seqlens.as<int32_t>()[0] = 3;  // now it appends into block 5 too
+  EXPECT_INVALID(build(), "block_table", "got block 5 at block_table[0][0] (appended into) and at block_table[1][0]");
+}
+
+TEST_F(KvCacheRules, DeviceBlockTablesAreNotRead) {
+  // The contents of a CUDA block_table cannot be read on the host: no sharing check (and no read).
+  use_paged_cache();
+  for (TensorView* t : {&p.q, &p.k_cache, &p.v_cache, &p.k_new, &p.v_new, &p.cache_seqlens, &p.block_table, &p.out,
+                        &p.softmax_lse})
+    *t = on_cuda(*t, fake_device_pointer(uintptr_t(t - &p.q) << 20));
+  EXPECT_OK(build());
+}
+
 TEST_F(KvCacheRules, PagedCapacity) {
   use_paged_cache();
   cache_seqlens.as<int32_t>()[1] = 11;  // 11 + 2 > 12

@@ -154,3 +154,34 @@ def test_nan_in_v_reaches_only_the_rows_that_see_it(num_splits):
     nan_expected[0, sees, 1, 7] = True
     assert np.array_equal(np.isnan(out), nan_expected)
     np.testing.assert_allclose(out[~nan_expected], clean[~nan_expected], rtol=1e-5, atol=1e-6)
+
+
+# --- pages shared while appending ------------------------------------------------------------
+
+def test_two_sequences_appending_into_one_page_are_rejected():
+    from flashattn import flash_attn_with_kvcache
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((2, 1, 2, 64)).astype(np.float32)
+    k_cache = rng.standard_normal((2, 16, 2, 64)).astype(np.float32)
+    v_cache = rng.standard_normal((2, 16, 2, 64)).astype(np.float32)
+    k_new = rng.standard_normal((2, 1, 2, 64)).astype(np.float32)
+    shared = np.array([[0], [0]], dtype=np.int32)
+    lens = np.array([3, 5], dtype=np.int32)
+    k_before, v_before = k_cache.copy(), v_cache.copy()
+    with pytest.raises(flashattn.ArgumentError) as info:
+        flash_attn_with_kvcache(q, k_cache, v_cache, k_new, k_new, cache_seqlens=lens, block_table=shared)
+    assert info.value.argument == "block_table"
+    assert "appended into must appear only once" in str(info.value)
+    assert np.array_equal(k_cache, k_before) and np.array_equal(v_cache, v_before)  # nothing written
+
+    # Reading a shared page (prefix sharing) stays allowed, and equals a dense cache.
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=shared)
+    dense_k = np.repeat(k_cache[:1], 2, axis=0)
+    dense_v = np.repeat(v_cache[:1], 2, axis=0)
+    np.testing.assert_array_equal(out, flash_attn_with_kvcache(q, dense_k, dense_v, cache_seqlens=lens))
+
+    # Appending into separate pages after a shared, full prefix page is fine too.
+    k_pages = rng.standard_normal((3, 4, 2, 64)).astype(np.float32)
+    table = np.array([[0, 1], [0, 2]], dtype=np.int32)
+    flash_attn_with_kvcache(q, k_pages, k_pages.copy(), k_new, k_new, cache_seqlens=np.array([4, 4], np.int32),
+                            block_table=table)
