@@ -170,6 +170,7 @@ Status check_shape_non_negative(const TensorView& t, std::string_view name) {
 }
 
 Status check_strides_non_negative(const TensorView& t, std::string_view name) {
+  if (t.numel() == 0) return {};  // never dereferenced: numpy reports strides of 0 for empty arrays
   for (int d = 0; d < t.ndim; ++d)
     if (t.stride[d] < 0)
       return invalid_argument(name, "strides must be >= 0 (negative strides are not supported)",
@@ -354,6 +355,7 @@ Status check_gqa(int64_t heads_q, int64_t heads_k, std::string_view name) {
 // Layout and placement
 // ---------------------------------------------------------------------------------------------
 Status check_last_dim_contiguous(const TensorView& t, std::string_view name) {
+  if (t.numel() == 0) return {};  // any strides: nothing is read or written
   const int last = t.ndim - 1;
   if (last >= 0 && t.shape[last] > 1 && t.stride[last] != 1)
     return invalid_argument(name, "the last dimension must be contiguous (stride 1)",
@@ -697,6 +699,7 @@ Status check_alibi_shape(const TensorView& alibi, int64_t batch, int64_t heads_q
 
 Status check_same_strides(const TensorView& t, std::string_view name, const TensorView& reference,
                           std::string_view reference_name) {
+  if (t.numel() == 0 || reference.numel() == 0) return {};
   for (int d = 0; d < t.ndim && d < reference.ndim; ++d)
     if (t.shape[d] > 1 && t.stride[d] != reference.stride[d])
       return invalid_argument(name, "strides must equal those of " + quoted(reference_name) + " " +

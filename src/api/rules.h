@@ -103,6 +103,7 @@ Status check_alibi_shape(const TensorView& alibi, int64_t batch, int64_t heads_q
 // ---------------------------------------------------------------------------------------------
 // Layout and placement
 // ---------------------------------------------------------------------------------------------
+// Layout rules pass any strides on a view without elements (numpy reports 0 strides for them).
 Status check_last_dim_contiguous(const TensorView& t, std::string_view name);
 Status check_contiguous(const TensorView& t, std::string_view name);
 // Vectorized: tensors the GPU kernels load in 16-byte vectors (q, k, v, out, gradients, caches):

@@ -185,3 +185,70 @@ def test_two_sequences_appending_into_one_page_are_rejected():
     table = np.array([[0, 1], [0, 2]], dtype=np.int32)
     flash_attn_with_kvcache(q, k_pages, k_pages.copy(), k_new, k_new, cache_seqlens=np.array([4, 4], np.int32),
                             block_table=table)
+
+
+# --- empty problems --------------------------------------------------------------------------
+
+def _randn(*shape, seed=3):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("empty", ["batch", "seqlen_q", "seqlen_k"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_forward_and_backward(empty, causal):
+    b, sq, sk = (0 if empty == "batch" else 2), (0 if empty == "seqlen_q" else 9), (0 if empty == "seqlen_k" else 7)
+    q, k, v = _randn(b, sq, 4, 64), _randn(b, sk, 2, 64, seed=4), _randn(b, sk, 2, 64, seed=5)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert out.shape == (b, sq, 4, 64) and lse.shape == (b, 4, sq)
+    assert (out == 0).all() and (lse == -np.inf).all()  # vacuous unless seqlen_k is the empty one
+    if empty == "seqlen_k":
+        assert out.size > 0
+
+    dq, dk, dv = flashattn.numpy_api.bwd(_randn(b, sq, 4, 64, seed=6), q, k, v, out, lse, causal=causal)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert (dq == 0).all() and (dk == 0).all() and (dv == 0).all()
+    if empty == "seqlen_q":
+        assert dk.size > 0  # keys without queries get zero gradients
+
+
+@pytest.mark.parametrize("empty", ["rows", "keys"])
+def test_empty_varlen(empty):
+    from flashattn import flash_attn_varlen_func
+    cu = np.array([0, 3, 8], dtype=np.int32)
+    none = np.zeros(3, dtype=np.int32)
+    rows, keys = (0, 8) if empty == "rows" else (8, 0)
+    out = flash_attn_varlen_func(_randn(rows, 4, 64), _randn(keys, 4, 64), _randn(keys, 4, 64),
+                                 none if empty == "rows" else cu, none if empty == "keys" else cu,
+                                 5 if rows else 0, 5 if keys else 0, causal=True)
+    assert out.shape == (rows, 4, 64) and (out == 0).all()
+
+
+def test_empty_kvcache():
+    from flashattn import flash_attn_with_kvcache
+    lens = np.array([1, 2], dtype=np.int32)
+    # batch 0
+    out = flash_attn_with_kvcache(_randn(0, 1, 4, 64), _randn(0, 10, 2, 64), _randn(0, 10, 2, 64),
+                                  _randn(0, 1, 2, 64), _randn(0, 1, 2, 64), cache_seqlens=np.zeros(0, np.int32))
+    assert out.shape == (0, 1, 4, 64)
+    # no query rows: the new keys are still appended
+    k_cache, v_cache, k_new = _randn(2, 10, 2, 64), _randn(2, 10, 2, 64), _randn(2, 1, 2, 64, seed=7)
+    out = flash_attn_with_kvcache(_randn(2, 0, 4, 64), k_cache, v_cache, k_new, k_new,
+                                  cache_seqlens=lens)
+    assert out.shape == (2, 0, 4, 64) and np.array_equal(k_cache[1, 2], k_new[1, 0])
+    # no keys: an empty cache, or no pages
+    q = _randn(2, 1, 4, 64)
+    for caches, table in (((_randn(2, 0, 2, 64), _randn(2, 0, 2, 64)), None),
+                          ((_randn(3, 16, 2, 64), _randn(3, 16, 2, 64)), np.zeros((2, 0), np.int32))):
+        out, lse = flash_attn_with_kvcache(q, *caches, block_table=table, return_softmax_lse=True)
+        assert (out == 0).all() and (lse == -np.inf).all()
+    # no new keys: the cache as it is
+    expected = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, _randn(2, 0, 2, 64), _randn(2, 0, 2, 64), cache_seqlens=lens)
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 5, 4, 64), (3, 2, 0, 4, 64), (3, 0, 4, 64)])
+def test_empty_combine(shape):
+    from flashattn import flash_attn_combine
+    out, lse = flash_attn_combine(_randn(*shape), _randn(*shape[:-1]))
+    assert out.shape == shape[1:] and lse.shape == shape[1:-1]
