@@ -64,10 +64,10 @@ TEST(TiledForward, ThreadCountDoesNotChangeResult) {
   c.seqlen_k = 333;
   c.causal = true;
   AttentionRun run(c);
-  set_cpu_threads(1);
+  ASSERT_TRUE(set_cpu_threads(1).ok());
   run.check_fwd(Backend::Cpu);
   const std::vector<float> one = run.out.to_float();
-  set_cpu_threads(0);
+  ASSERT_TRUE(set_cpu_threads(0).ok());
   run.check_fwd(Backend::Cpu);
   const std::vector<float> all = run.out.to_float();
   EXPECT_EQ(0, std::memcmp(one.data(), all.data(), one.size() * sizeof(float)));
