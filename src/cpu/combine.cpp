@@ -1,7 +1,7 @@
 // Merges split-KV partial results: out = sum_s w_s * out_s with w_s = exp(lse_s - lse) and
 // lse = log sum_s exp(lse_s). Splits that saw no key (lse_s = -inf) weigh nothing; a row no split
-// saw gets out = 0 and lse = -inf. A NaN in any split that saw keys makes the row NaN: its lse, or
-// its out_s even when its weight underflowed to 0 (0 * NaN), as one softmax over all keys would.
+// saw gets out = 0 and lse = -inf. A split that saw keys and holds a NaN (in lse_s, or in out_s
+// even when its weight underflowed to 0) makes the row NaN, as one softmax over all keys would.
 #include <algorithm>
 #include <cmath>
 #include <vector>
