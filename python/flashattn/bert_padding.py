@@ -124,7 +124,8 @@ def unpad_input_for_concatenated_sequences(hidden_states: Array,
 
 
 def pad_input(hidden_states: Array, indices: Array, batch: int, seqlen: int) -> Array:
-    """The inverse of unpad_input: packed (total, ...) -> (batch, seqlen, ...), zeros at padding."""
+    """The inverse of unpad_input: hidden_states packed (total, ...) -> (batch, seqlen, ...), with
+    row i of hidden_states at flattened position indices[i] and zeros at the padding."""
     _args.first_tensor(hidden_states, "hidden_states")
     _args.tensor(indices, "indices", _args.array_kind(hidden_states))
     batch = _args.integer(batch, "batch", 0)

@@ -149,8 +149,11 @@ def flash_attn_qkvpacked_func(qkv: Array, softmax_scale: Optional[float] = None,
     Arguments:
         qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, num_heads_q + 2 * num_heads_k,
             headdim) with num_heads_q given (GQA/MQA).
+        softmax_scale, causal, window_size, softcap, deterministic: as flash_attn_func.
+        q_descale, k_descale, v_descale: not supported yet (FP8); attention_chunk: only 0.
         num_heads_q: int, the query heads of a 4-dim qkv.
-        Others as flash_attn_func.
+        sm_margin: a speed hint; accepted, ignored.
+        return_attn_probs: bool, also return softmax_lse.
 
     Returns:
         out (batch, seqlen, nheads, headdim), or (out, softmax_lse) with return_attn_probs."""
@@ -262,8 +265,23 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     """FlashAttention-3's get_scheduler_metadata: FA3 precomputes a decode schedule for
     flash_attn_with_kvcache. This library schedules on its own, so after checking the arguments
     (as FA3 would) it returns an empty int32 tensor on cache_seqlens' device, which
-    flash_attn_with_kvcache accepts as scheduler_metadata. qkv_dtype: FA3 defaults to
-    torch.bfloat16; unused here."""
+    flash_attn_with_kvcache accepts as scheduler_metadata.
+
+    Arguments (the call flash_attn_with_kvcache will make):
+        batch_size, max_seqlen_q, max_seqlen_k: ints >= 0.
+        num_heads_q, num_heads_kv, headdim: ints >= 1; headdim_v: int (None: headdim).
+        cache_seqlens: int32 (batch,), the tokens in each cache row.
+        qkv_dtype: the inputs' dtype (FA3 defaults to torch.bfloat16); unused.
+        cu_seqlens_q, cu_seqlens_k_new, cache_leftpad: not supported yet (UnsupportedError).
+        page_size: int, a paged cache's page_block_size (None: not paged).
+        max_seqlen_k_new: int, the longest appended k.
+        causal, window_size, has_softcap: the attention's masks and softcap.
+        attention_chunk: only 0. num_splits: int >= 0.
+        pack_gqa, sm_margin: speed hints; checked, ignored.
+
+    Returns:
+        An empty int32 tensor (numpy array for numpy cache_seqlens).
+    """
     for name, value in (("batch_size", batch_size), ("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k),
                         ("max_seqlen_k_new", max_seqlen_k_new)):
         _args.integer(value, name, 0)

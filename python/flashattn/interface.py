@@ -643,8 +643,15 @@ def _flash_attn_forward(q: Array, k: Array, v: Array, dropout_p: float, softmax_
                         alibi_slopes: Optional[Array], return_softmax: bool) -> Tuple[Array, Array, Array, Array]:
     """flash_attn 2.7's raw forward (no autograd), as ring/context-parallel attention libraries call it.
 
-    Arguments: as flash_attn_func (dense layouts), with window_size split into window_size_left
-    and window_size_right, and return_softmax for return_attn_probs.
+    Arguments:
+        q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim[_v]).
+        dropout_p: float in [0, 1), probability of dropping an attention weight.
+        softmax_scale: float (None: 1 / sqrt(headdim)).
+        causal: bool, mask aligned to the bottom-right corner (see flash_attn_func).
+        window_size_left, window_size_right: int, the sliding window's sides; -1 = unbounded.
+        softcap: float >= 0, 0 = off.
+        alibi_slopes: float32 (nheads,) or (batch, nheads), or None.
+        return_softmax: bool, return S_dmask (with dropout only, as flash_attn).
 
     Returns:
         (out, softmax_lse, S_dmask, rng_state): out (batch, seqlen_q, nheads, headdim_v) with the
@@ -665,9 +672,20 @@ def _flash_attn_varlen_forward(q: Array, k: Array, v: Array, cu_seqlens_q: Array
                                alibi_slopes: Optional[Array] = None, return_softmax: bool = False,
                                block_table: Optional[Array] = None, leftpad_k: Optional[Array] = None,
                                seqused_k: Optional[Array] = None) -> Tuple[Array, Array, Array, Array]:
-    """flash_attn 2.7's raw varlen forward (no autograd). Arguments as flash_attn_varlen_func
-    (block_table and leftpad_k are not supported yet: UnsupportedError). Returns
-    (out (total_q, nheads, headdim_v), softmax_lse float32 (nheads, total_q), S_dmask, rng_state)."""
+    """flash_attn 2.7's raw varlen forward (no autograd).
+
+    Arguments:
+        q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim[_v]).
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,), the sequences' offsets.
+        max_seqlen_q, max_seqlen_k: int, the longest sequences.
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+        alibi_slopes, return_softmax: as _flash_attn_forward.
+        block_table, leftpad_k: not supported yet (UnsupportedError when given).
+        seqused_k: int32 (batch,), optional: keys used per sequence.
+
+    Returns:
+        (out (total_q, nheads, headdim_v), softmax_lse float32 (nheads, total_q), S_dmask, rng_state).
+    """
     _no_paged_varlen(block_table)
     if leftpad_k is not None:
         raise UnsupportedError("argument 'leftpad_k': not supported by flashattn yet", "leftpad_k", "unsupported")
@@ -769,10 +787,22 @@ def _flash_attn_backward(dout: Array, q: Array, k: Array, v: Array, out: Array, 
                          softmax_scale: Optional[float], causal: bool, window_size_left: int,
                          window_size_right: int, softcap: float, alibi_slopes: Optional[Array],
                          deterministic: bool, rng_state: Optional[Array] = None) -> Array:
-    """flash_attn 2.7's raw backward: writes the gradients into dq, dk, dv (shapes of q, k, v;
-    None skips one) and returns softmax_d, float32 (batch, nheads, seqlen_q rounded up to 128),
-    the row sums of dout * out. Arguments as _flash_attn_forward's plus dout (like out), out and
-    softmax_lse (the forward's), deterministic and rng_state (the forward's; needed with dropout)."""
+    """flash_attn 2.7's raw backward: writes the gradients into dq, dk, dv and returns softmax_d.
+
+    Arguments:
+        dout: the gradient of out, out's shape.
+        q, k, v: the forward's inputs.
+        out, softmax_lse: the forward's outputs.
+        dq, dk, dv: arrays of q's, k's, v's shapes that receive the gradients (None skips one).
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+        alibi_slopes: the forward's (as _flash_attn_forward).
+        deterministic: bool, bitwise reproducible gradients.
+        rng_state: the forward's rng_state (needed when dropout_p > 0).
+
+    Returns:
+        softmax_d: float32 (batch, nheads, seqlen_q rounded up to 128), the row sums of
+        dout * out (0 past seqlen_q), as flash_attn returns it.
+    """
     call = _Call(q, k, v, varlen=False, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                  window_size=(window_size_left, window_size_right), softcap=softcap, alibi_slopes=alibi_slopes,
                  deterministic=deterministic)
@@ -786,9 +816,22 @@ def _flash_attn_varlen_backward(dout: Array, q: Array, k: Array, v: Array, out: 
                                 window_size_left: int, window_size_right: int, softcap: float,
                                 alibi_slopes: Optional[Array], deterministic: bool,
                                 rng_state: Optional[Array] = None) -> Array:
-    """flash_attn 2.7's raw varlen backward: as _flash_attn_backward on packed sequences; returns
-    softmax_d float32 (nheads, total_q + 128 * batch), row i of sequence b at column
-    cu_seqlens_q[b] + 128 * b + i."""
+    """flash_attn 2.7's raw varlen backward: writes the gradients into dq, dk, dv.
+
+    Arguments:
+        dout: the gradient of out, (total_q, nheads, headdim_v).
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: the forward's inputs.
+        out, softmax_lse: the forward's outputs.
+        dq, dk, dv: arrays of q's, k's, v's shapes that receive the gradients (None skips one).
+        dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
+        alibi_slopes: the forward's.
+        deterministic: bool, bitwise reproducible gradients.
+        rng_state: the forward's rng_state (needed when dropout_p > 0).
+
+    Returns:
+        softmax_d: float32 (nheads, total_q + 128 * batch), the row sums of dout * out, row i of
+        sequence b at column cu_seqlens_q[b] + 128 * b + i (flash_attn's layout), 0 elsewhere.
+    """
     call = _Call(q, k, v, varlen=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, dropout_p=dropout_p,
                  softmax_scale=softmax_scale, causal=causal, window_size=(window_size_left, window_size_right),

@@ -65,9 +65,26 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Optional[Array] = None,
         dropout_p: float = 0.0, dropout_seed: Optional[int] = None, dropout_offset: int = 0,
         num_splits: int = 1) -> Tuple[Array, Array, Tuple[int, int]]:
-    """Forward attention. Returns (out, softmax_lse, (dropout_seed, dropout_offset)); pass the last
-    to ``bwd``. Shapes as in flashattn.h: dense (batch, seqlen, heads, d), varlen (total, heads, d)
-    with int32 cu_seqlens; lse (batch, heads_q, seqlen_q) or (heads_q, total_q), float32."""
+    """Forward attention on the CPU backend, the C++ API's fwd.
+
+    Arguments:
+        q: dense (batch, seqlen_q, heads_q, d) or varlen (total_q, heads_q, d).
+        k, v: (batch, seqlen_k, heads_k, d[_v]) or (total_k, heads_k, d[_v]), q's dtype.
+        cu_seqlens_q, cu_seqlens_k: int32 (batch + 1,): the varlen layout when given.
+        seqused_k: int32 (batch,), optional: keys used per sequence.
+        max_seqlen_q, max_seqlen_k: int, upper bounds of the sequence lengths (0: derived).
+        softmax_scale: float (None: 1 / sqrt(d)). causal: bool, bottom-right aligned.
+        window_size: (left, right), -1 = unbounded. softcap: float, 0 = off.
+        alibi_slopes: float32 (heads_q,) or (batch, heads_q), optional.
+        dropout_p: float in [0, 1); dropout_seed (None: drawn from numpy's global generator) and
+            dropout_offset: the Philox stream of the mask.
+        num_splits: int, split-KV chunks (1 = off, 0 = the library chooses).
+
+    Returns:
+        (out, softmax_lse, (dropout_seed, dropout_offset)); pass the last to ``bwd``. lse is
+        float32 (batch, heads_q, seqlen_q) or (heads_q, total_q); varlen rows past
+        cu_seqlens_q[-1] are 0 / -inf.
+    """
     _check_arrays(q=q, k=k, v=v)
     _check_arrays(optional=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
                   alibi_slopes=alibi_slopes)
@@ -105,7 +122,15 @@ def bwd(dout: Array, q: Array, k: Array, v: Array, out: Array, softmax_lse: Arra
         softmax_scale: Optional[float] = None, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
         softcap: float = 0.0, alibi_slopes: Optional[Array] = None, dropout_p: float = 0.0,
         rng_state: Tuple[int, int] = (0, 0), deterministic: bool = False) -> Tuple[Array, Array, Array]:
-    """Gradients (dq, dk, dv) of ``fwd`` with the same options; ``rng_state`` is what fwd returned."""
+    """Gradients (dq, dk, dv) of ``fwd``, in q's dtype.
+
+    Arguments:
+        dout: the gradient of out. q, k, v: fwd's inputs. out, softmax_lse: fwd's outputs.
+        cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, dropout_p: fwd's options, unchanged.
+        rng_state: the (dropout_seed, dropout_offset) fwd returned.
+        deterministic: bool, bitwise reproducible gradients.
+    """
     _check_arrays(dout=dout, q=q, k=k, v=v, out=out, softmax_lse=softmax_lse)
     _check_arrays(optional=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
                   alibi_slopes=alibi_slopes)
@@ -138,7 +163,22 @@ def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Arr
                 alibi_slopes: Optional[Array] = None, num_splits: int = 0) -> Tuple[Array, Array]:
     """Attention of q over a KV cache, appending k_new/v_new into k_cache/v_cache in place (so the
     caches must then be writable arrays of q's dtype; without k_new/v_new they are only read, and
-    read-only arrays are accepted). Returns (out, softmax_lse)."""
+    read-only arrays are accepted).
+
+    Arguments:
+        q: (batch, seqlen_q, heads_q, d). k_cache, v_cache: (batch_cache, seqlen_cache, heads_k,
+            d[_v]) or paged (num_blocks, page_size, heads_k, d[_v]).
+        k_new, v_new: (batch, seqlen_new, heads_k, d[_v]), optional, appended at cache_seqlens.
+        cache_seqlens: int32 (batch,), tokens already in each cache row (None: all of them).
+        cache_batch_idx: int32 (batch,), the cache row of each batch entry.
+        block_table: int32 (batch, max_blocks), the pages of a paged cache.
+        rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2), optional; rotary_interleaved: bool.
+        softmax_scale, causal, window_size, softcap, alibi_slopes: as fwd.
+        num_splits: int, split-KV chunks (0 = the library chooses).
+
+    Returns:
+        (out (batch, seqlen_q, heads_q, d_v), softmax_lse float32 (batch, heads_q, seqlen_q)).
+    """
     _check_arrays(q=q, k_cache=k_cache, v_cache=v_cache)
     _check_arrays(optional=True, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
                   cache_batch_idx=cache_batch_idx, block_table=block_table, rotary_cos=rotary_cos,
@@ -165,7 +205,8 @@ def combine(out_partial: Array, lse_partial: Array, out_dtype: Any = None) -> Tu
     """Merges split-KV partial results in the library's layout: out_partial float32
     (splits, batch, seqlen, heads, d) or (splits, total, heads, d), lse_partial float32
     (splits, batch, heads, seqlen) or (splits, heads, total). Returns (out, lse) with lse
-    (batch, heads, seqlen) or (heads, total)."""
+    (batch, heads, seqlen) or (heads, total). out_dtype: the output's dtype (default
+    out_partial's)."""
     _check_arrays(out_partial=out_partial, lse_partial=lse_partial)
     try:
         out_dtype = np.dtype(out_dtype) if out_dtype is not None else out_partial.dtype
@@ -179,7 +220,8 @@ def combine(out_partial: Array, lse_partial: Array, out_dtype: Any = None) -> Tu
 
 def dropout_mask(batch: int, heads: int, seqlen_q: int, seqlen_k: int, dropout_p: float, dropout_seed: int,
                  dropout_offset: int = 0) -> Array:
-    """The keep-mask every backend applies: uint8 (batch, heads, seqlen_q, seqlen_k), 1 = kept."""
+    """The keep-mask every backend applies for dropout_p with the Philox stream (dropout_seed,
+    dropout_offset): uint8 (batch, heads, seqlen_q, seqlen_k), 1 = kept."""
     shape = tuple(_args.integer(n, name, 0) for n, name in
                   ((batch, "batch"), (heads, "heads"), (seqlen_q, "seqlen_q"), (seqlen_k, "seqlen_k")))
     mask = np.empty(shape, dtype=np.uint8)

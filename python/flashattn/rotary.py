@@ -217,7 +217,8 @@ def apply_rotary_emb_qkv_(qkv: Array, cos: Array, sin: Array, cos_k: Optional[Ar
 def apply_rotary_emb_kv_(kv: Array, cos: Array, sin: Array, interleaved: bool = False,
                          seqlen_offsets: Union[int, Array] = 0) -> Array:
     """Rotates k inside a packed kv (batch, seqlen, 2, nheads, headdim) *in place* (v untouched)
-    and returns kv. Arguments as apply_rotary_emb; differentiable (torch)."""
+    and returns kv. cos, sin (seqlen_rotary, rotary_dim / 2), interleaved and seqlen_offsets as in
+    apply_rotary_emb. Differentiable (torch)."""
     _args.first_tensor(kv, "kv")
     _args.ndim(kv, "kv", 5, "(batch, seqlen, 2, nheads, headdim)")
     _args.dim(kv, "kv", 2, 2, "the number of packed tensors")

@@ -28,6 +28,10 @@ from typing import Any, ContextManager, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+if not hasattr(torch.library, "custom_op"):  # added in torch 2.4
+    raise ImportError(f"flashattn needs torch >= 2.4 for torch tensors (torch.library.custom_op); found torch "
+                      f"{torch.__version__} (pip install 'flashattn[torch]')")
+
 from . import _ext
 from ._errors import raise_for_status
 
