@@ -10,7 +10,7 @@ import operator
 import sys
 from typing import Any, Optional, Sequence, Tuple
 
-from ._errors import ArgumentError, ArgumentTypeError
+from ._errors import ArgumentError, ArgumentTypeError, DTypeError
 
 INT32_MAX = 2**31 - 1
 UINT64_MAX = 2**64 - 1
@@ -59,6 +59,11 @@ def tensor(x: Any, name: str, like: Optional[str] = None, *, optional: bool = Fa
     if like is not None and kind != like:
         raise type_error(name, f"must be a {'torch.Tensor' if like == 'torch' else 'numpy.ndarray'} like 'q' "
                          "(torch tensors and numpy arrays are not mixed in one call)", x)
+    if kind == "numpy" and (x.dtype.kind not in "biufc" or not x.dtype.isnative):
+        # Arrays DLPack cannot carry (objects, strings, another byte order) never reach the library.
+        raise DTypeError(f"argument '{name}': dtype must be numeric in native byte order (e.g. float32, "
+                         f"float16, int32), got {x.dtype.str if not x.dtype.isnative else x.dtype}", name,
+                         "invalid_argument")
     return x
 
 

@@ -44,6 +44,9 @@ CASES = [
     ("q_none", lambda: flash_attn_func(None, Q, Q), "q", TypeError),
     ("k_none", lambda: flash_attn_func(Q, None, Q), "k", TypeError),
     ("v_scalar", lambda: flash_attn_func(Q, Q, 1.0), "v", TypeError),
+    ("q_object_dtype", lambda: flash_attn_func(Q.astype(object), Q, Q), "q", TypeError),
+    ("k_str_dtype", lambda: flash_attn_func(Q, Q.astype(str), Q), "k", TypeError),
+    ("v_big_endian", lambda: flash_attn_func(Q, Q, Q.astype(">f4")), "v", TypeError),
     ("q_ndim", lambda: flash_attn_func(Q[0], Q, Q), "q", ValueError),
     ("window_none", lambda: flash_attn_func(Q, Q, Q, window_size=None), "window_size", TypeError),
     ("window_huge", lambda: flash_attn_func(Q, Q, Q, window_size=(2**40, 0)), "window_size", ValueError),
@@ -122,6 +125,10 @@ CASES = [
      TypeError),
     ("numpy_dropout_mask_float", lambda: numpy_api.dropout_mask(1, 2, 3.5, 4, 0.1, 7), "seqlen_q", TypeError),
     ("numpy_dropout_mask_seed", lambda: numpy_api.dropout_mask(1, 2, 3, 4, 0.1, -7), "dropout_seed", ValueError),
+    # package-level settings
+    ("threads_str", lambda: flashattn.set_cpu_threads("a"), "threads", TypeError),
+    ("threads_huge", lambda: flashattn.set_cpu_threads(2**40), "threads", ValueError),
+    ("device_none", lambda: flashattn.device_info(None), "device", TypeError),
     # padding and rotary helpers
     ("unpad_list", lambda: unpad_input(Q, [[1, 1, 1, 1]]), "attention_mask", TypeError),
     ("pad_none", lambda: pad_input(None, np.arange(4), 1, 4), "hidden_states", TypeError),
