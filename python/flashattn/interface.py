@@ -107,12 +107,13 @@ class _Call:
         if varlen:
             _args.tensor(cu_seqlens_q, "cu_seqlens_q", self.kind)
             _args.tensor(cu_seqlens_k, "cu_seqlens_k", self.kind)
-        self.cu_seqlens_q, self.cu_seqlens_k = cu_seqlens_q, cu_seqlens_k
+        contiguous = _args.last_dim_contiguous
+        self.cu_seqlens_q, self.cu_seqlens_k = contiguous(cu_seqlens_q), contiguous(cu_seqlens_k)
         seqlen_rule = "must be >= 0 (0 derives it from cu_seqlens on the host)"
         self.max_seqlen_q = _args.optional_integer(max_seqlen_q, "max_seqlen_q", 0, rule=seqlen_rule)
         self.max_seqlen_k = _args.optional_integer(max_seqlen_k, "max_seqlen_k", 0, rule=seqlen_rule)
-        self.seqused_k = _args.tensor(seqused_k, "seqused_k", self.kind, optional=True)
-        self.alibi_slopes = _args.tensor(alibi_slopes, "alibi_slopes", self.kind, optional=True)
+        self.seqused_k = contiguous(_args.tensor(seqused_k, "seqused_k", self.kind, optional=True))
+        self.alibi_slopes = contiguous(_args.tensor(alibi_slopes, "alibi_slopes", self.kind, optional=True))
         self.dropout_p = _args.real(dropout_p, "dropout_p")
         self.head_dim, self.head_dim_v = int(q.shape[-1]), int(v.shape[-1])
         self.scale = _default_scale(softmax_scale, self.head_dim)
@@ -471,7 +472,10 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
     else:
         _args.tensor(cache_seqlens, "cache_seqlens", kind, optional=True)
     head_dim_v = int(v_cache.shape[-1])
-    q, k, v = (_args.last_dim_contiguous(x) for x in (q, k, v))
+    # As flash_attn: strided last dims of everything but the caches (written in place) are copied.
+    q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, alibi_slopes = (
+        _args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                               block_table, alibi_slopes))
     options = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table,
                    rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                    rotary_interleaved=_args.flag(rotary_interleaved, "rotary_interleaved"),

@@ -38,6 +38,8 @@ def test_strided_last_dim_numpy():
     out = flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 5, 5)
     np.testing.assert_array_equal(out, flash_attn_varlen_func(*(np.ascontiguousarray(x[0]) for x in (q, k, v)),
                                                               cu, cu, 5, 5))
+    strided_cu = np.array([0, -1, 4, -1, 9, -1], np.int32)[::2]  # cu_seqlens too
+    np.testing.assert_array_equal(flash_attn_varlen_func(q[0], k[0], v[0], strided_cu, strided_cu, 5, 5), out)
 
 
 def test_strided_last_dim_torch_with_gradients():
