@@ -12,9 +12,10 @@ from typing import Any, Dict
 
 __version__ = "0.1.0"
 
-from . import _ext  # noqa: E402
+from . import _args, _ext  # noqa: E402
 from ._errors import (  # noqa: E402
     ArgumentError,
+    ArgumentTypeError,
     CudaError,
     DTypeError,
     FlashAttnError,
@@ -37,7 +38,7 @@ from .interface import (  # noqa: E402
 def device_info(device: int = 0) -> Dict[str, Any]:
     """What the library sees: cuda_built, device_count, and for a visible device its name, sm,
     multiprocessors and memory sizes."""
-    return _ext.device_info(device)
+    return _ext.device_info(_args.integer(device, "device", 0))
 
 
 def library_version() -> str:
@@ -48,16 +49,17 @@ def library_version() -> str:
 def set_cpu_threads(threads: int) -> None:
     """Threads of the CPU backend's later calls (0 = all hardware threads; at most
     max(64, 4 x the hardware threads), else ArgumentError)."""
-    raise_for_status(_ext.set_cpu_threads(int(threads)))
+    raise_for_status(_ext.set_cpu_threads(_args.integer(threads, "threads", 0, rule="must be >= 0 (0 = all hardware threads)")))
 
 
 def cpu_threads() -> int:
+    """Threads the CPU backend runs on."""
     return _ext.cpu_threads()
 
 
 __all__ = [
     "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
     "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache",
-    "flash_attn_combine", "FlashAttnError", "ArgumentError", "DTypeError", "UnsupportedError", "CudaError",
-    "InternalError", "device_info", "library_version", "set_cpu_threads", "cpu_threads", "__version__",
+    "flash_attn_combine", "FlashAttnError", "ArgumentError", "ArgumentTypeError", "DTypeError", "UnsupportedError",
+    "CudaError", "InternalError", "device_info", "library_version", "set_cpu_threads", "cpu_threads", "__version__",
 ]

@@ -4,20 +4,24 @@ The C++ API returns a Status (code, argument, message); the extension hands it o
 ``raise_for_status`` raises:
 
 * ``ArgumentError`` (a ``ValueError``) for a call that breaks a rule of the API,
-* ``DTypeError`` (``TypeError`` and ``ArgumentError``) when the rule broken is about a dtype,
+* ``ArgumentTypeError`` (also a ``TypeError``) when an argument is not of a type it accepts (a list
+  or None where an array is needed, a float where an int is),
+* ``DTypeError`` (an ``ArgumentTypeError``) when the rule broken is about a dtype,
 * ``UnsupportedError`` (``ValueError`` and ``NotImplementedError``) for a valid call the chosen
   backend cannot run (e.g. float32 on the CUDA kernels, a paged KV cache in the varlen functions),
-* ``CudaError`` / ``RuntimeError`` for CUDA runtime failures and internal errors.
+* ``CudaError`` / ``InternalError`` for CUDA runtime failures and internal errors.
 
-Each carries ``.argument`` (the offending argument's name, "" when none applies) and ``.code``.
+Every one is also a ``RuntimeError`` (through ``FlashAttnError``), the class flash_attn raises for
+bad input, so code written against flash_attn's ``except RuntimeError`` keeps working. Each carries
+``.argument`` (the offending argument's name, "" when none applies) and ``.code``.
 """
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 
-class FlashAttnError(Exception):
-    """Base of every error raised for a status the C++ library returned."""
+class FlashAttnError(RuntimeError):
+    """Base of every error flashattn raises for a call it refuses or cannot run."""
 
     def __init__(self, message: str, argument: str = "", code: str = "") -> None:
         super().__init__(message)
@@ -29,7 +33,11 @@ class ArgumentError(FlashAttnError, ValueError):
     """The call breaks a rule of the API (shape, range, layout, ...)."""
 
 
-class DTypeError(ArgumentError, TypeError):
+class ArgumentTypeError(ArgumentError, TypeError):
+    """The call passes an argument of a type it does not accept (e.g. a list for a tensor)."""
+
+
+class DTypeError(ArgumentTypeError):
     """The call passes a tensor of a dtype the argument does not accept."""
 
 
@@ -37,11 +45,11 @@ class UnsupportedError(FlashAttnError, ValueError, NotImplementedError):
     """Valid, but the chosen backend cannot run it; the message says why."""
 
 
-class CudaError(FlashAttnError, RuntimeError):
+class CudaError(FlashAttnError):
     """A CUDA runtime call failed."""
 
 
-class InternalError(FlashAttnError, RuntimeError):
+class InternalError(FlashAttnError):
     """A bug in the library (an exception escaped a backend)."""
 
 

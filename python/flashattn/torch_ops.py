@@ -28,6 +28,10 @@ from typing import Any, ContextManager, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+if not hasattr(torch.library, "custom_op"):  # added in torch 2.4
+    raise ImportError(f"flashattn needs torch >= 2.4 for torch tensors (torch.library.custom_op); found torch "
+                      f"{torch.__version__} (pip install 'flashattn[torch]')")
+
 from . import _ext
 from ._errors import raise_for_status
 
@@ -91,9 +95,15 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
     """Forward attention: (out, softmax_lse, rng_state). Dense (batch, seqlen, heads, d) or varlen
     (total, heads, d) with int32 cu_seqlens."""
     varlen = cu_seqlens_q is not None
-    qc, kc, vc = _compute(q), _compute(k), _compute(v)
-    out = torch.empty(_out_shape(qc, vc), dtype=qc.dtype, device=q.device)
-    lse = torch.empty(_lse_shape(qc, varlen), dtype=torch.float32, device=q.device)
+    qc, kc, vc = (_last_dim_contiguous(_compute(x)) for x in (q, k, v))
+    if varlen:
+        # Rows past cu_seqlens_q[-1] belong to no sequence and are not written by the library: they
+        # come back as a row that sees no key (output 0, LSE -inf), not as uninitialised memory.
+        out = torch.zeros(_out_shape(qc, vc), dtype=qc.dtype, device=q.device)
+        lse = torch.full(_lse_shape(qc, varlen), float("-inf"), dtype=torch.float32, device=q.device)
+    else:
+        out = torch.empty(_out_shape(qc, vc), dtype=qc.dtype, device=q.device)
+        lse = torch.empty(_lse_shape(qc, varlen), dtype=torch.float32, device=q.device)
     rng_state = _draw_rng_state(dropout_p)
     seed, offset = (int(x) for x in rng_state.tolist())  # a CPU tensor: no device sync
     with _on_device(q):
@@ -122,11 +132,12 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse:
         window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float, rng_state: Tensor,
         deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv) of flashattn::fwd with the same options and its rng_state."""
-    qc, kc, vc, oc = _compute(q), _compute(k), _compute(v), _compute(out)
-    doc = _last_dim_contiguous(_compute(dout))
-    dq = torch.empty(qc.shape, dtype=qc.dtype, device=q.device)
-    dk = torch.empty(kc.shape, dtype=qc.dtype, device=q.device)
-    dv = torch.empty(vc.shape, dtype=qc.dtype, device=q.device)
+    qc, kc, vc, oc, doc = (_last_dim_contiguous(_compute(x)) for x in (q, k, v, out, dout))
+    # Varlen: rows past the last cu_seqlens entry take part in nothing; their gradient is 0.
+    alloc = torch.zeros if cu_seqlens_q is not None else torch.empty
+    dq = alloc(qc.shape, dtype=qc.dtype, device=q.device)
+    dk = alloc(kc.shape, dtype=qc.dtype, device=q.device)
+    dv = alloc(vc.shape, dtype=qc.dtype, device=q.device)
     seed, offset = (int(x) for x in rng_state.tolist())
     with _on_device(q):
         raise_for_status(_ext.bwd(
@@ -186,11 +197,12 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Ten
                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
                 alibi_slopes: Optional[Tensor], num_splits: int) -> Tuple[Tensor, Tensor]:
     """Attention over a KV cache; k_new/v_new are appended into the caches in place."""
+    q, k_new, v_new = (None if t is None else _last_dim_contiguous(t.detach()) for t in (q, k_new, v_new))
     out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device)
     with _on_device(q):
         raise_for_status(_ext.fwd_kvcache(
-            _dl(q), k_cache.detach(), v_cache.detach(), out, k_new=_dl(k_new), v_new=_dl(v_new),
+            q, k_cache.detach(), v_cache.detach(), out, k_new=k_new, v_new=v_new,
             cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx), block_table=_dl(block_table),
             rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
             softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
@@ -238,6 +250,19 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional[Tensor]
     return FlashAttnFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q), int(max_seqlen_k),
                                float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
                                float(softcap), alibi_slopes, float(dropout_p), int(num_splits), bool(deterministic))
+
+
+def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional[Tensor],
+                      cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
+                      max_seqlen_k: int, softmax_scale: float, causal: bool, window_size: Tuple[int, int],
+                      softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
+                      num_splits: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call."""
+    with torch.no_grad():
+        return torch.ops.flashattn.fwd(
+            q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
+            int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
+            float(softcap), alibi_slopes, float(dropout_p), int(num_splits))
 
 
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) -> Tuple[Tensor, Tensor]:

@@ -242,7 +242,9 @@ StatusResult bwd(const InArray& dout, const InArray& q, const InArray& k, const 
   });
 }
 
-StatusResult fwd_kvcache(const InArray& q, const OutArray& k_cache, const OutArray& v_cache, const OutArray& out,
+// The caches are written only when k_new/v_new are appended; without them a read-only cache is
+// valid, so they arrive as read-only views and the Python layer checks writability for appends.
+StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray& v_cache, const OutArray& out,
                          const InArray& k_new, const InArray& v_new, const InArray& cache_seqlens,
                          const InArray& cache_batch_idx, const InArray& block_table, const InArray& rotary_cos,
                          const InArray& rotary_sin, bool rotary_interleaved, const OutArray& softmax_lse,

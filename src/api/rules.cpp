@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <clocale>
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 #include <vector>
 
 namespace flashattn::api {
@@ -131,11 +132,16 @@ std::string device_string(DeviceType device, int index) {
 
 std::string device_string(const TensorView& t) { return device_string(t.device, t.device_index); }
 
+// snprintf, not an ostringstream: iostream float formatting goes through libstdc++'s locale
+// facets, which crash when the library is linked into a module that carries a static copy of
+// libstdc++ of another version than the process's shared one (the Python extension built by such
+// a toolchain). The C locale's '.' is kept whatever LC_NUMERIC says.
 std::string float_string(float value) {
-  std::ostringstream s;
-  s.precision(9);
-  s << value;
-  return s.str();
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.9g", double(value));
+  for (char* c = text; *c; ++c)
+    if (*c == *std::localeconv()->decimal_point && *c != '.') *c = '.';
+  return text;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -91,7 +91,8 @@ def test_func_matches_reference(shape, options):
     options = dict(options)
     alibi = _alibi(options.pop("alibi", None), b, hq, rng)
     out, lse, probs = flash_attn_func(q, k, v, alibi_slopes=alibi, return_attn_probs=True, **options)
-    assert probs is None  # as flash_attn: no probabilities without dropout
+    # As flash_attn: no probabilities without dropout, an empty array in their place.
+    assert probs.shape == (0,) and probs.dtype == q.dtype
     check_against_reference(out, q, k, v, lse=lse, alibi_slopes=alibi, **options)
 
 
@@ -147,6 +148,9 @@ def test_dropout_probs_encode_the_library_mask():
     p = 0.25
     np.random.seed(1234)
     out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=p, causal=True, return_attn_probs=True)
+    # flash_attn's layout: seqlens rounded up to 128, zero outside the score matrix.
+    assert s_dmask.shape == (b, h, 128, 128) and not s_dmask[:, :, s:].any() and not s_dmask[:, :, :, s:].any()
+    s_dmask = s_dmask[:, :, :s, :s]
     np.random.seed(1234)
     out_again = flash_attn_func(q, k, v, dropout_p=p, causal=True)
     np.testing.assert_array_equal(out, out_again)  # np.random.seed makes dropout reproducible
@@ -262,8 +266,8 @@ def test_varlen_dropout_probs():
     rng = np.random.default_rng(11)
     q, k, v, cu_q, cu_k = _varlen_case(rng, [4, 9], [6, 9])
     out, _, s_dmask = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 9, dropout_p=0.3, return_attn_probs=True)
-    assert s_dmask.shape == (2, 4, 9, 9)
-    keep = s_dmask >= 0
+    assert s_dmask.shape == (2, 4, 128, 128)
+    keep = s_dmask[:, :, :9, :9] >= 0
     exact, _ = reference.varlen_attention_reference(*(x.astype(np.float64) for x in (q, k, v)), cu_q, cu_k,
                                                     dropout_p=0.3, dropout_keep=keep)
     assert max_abs_diff(out, exact) < 1e-5

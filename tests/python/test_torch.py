@@ -144,7 +144,8 @@ def test_dropout_fwd_bwd(device, dtype):
     q, k, v = (make((b, s, h, d), device, dtype, generator=g) for _ in range(3))
     torch.manual_seed(77)
     out, lse, s_dmask = run_or_skip(flash_attn_func, q, k, v, dropout_p=p, causal=True, return_attn_probs=True)
-    keep = s_dmask >= 0
+    assert s_dmask.shape == (b, h, 128, 128) and s_dmask.dtype == dtype
+    keep = s_dmask[:, :, :s, :s] >= 0
     torch.manual_seed(77)
     check_fwd_bwd(lambda q, k, v: flash_attn_func(q, k, v, dropout_p=p, causal=True),
                   lambda q, k, v: reference.attention_reference(q, k, v, causal=True, dropout_p=p,
