@@ -99,7 +99,10 @@ int main(int argc, char** argv) {
     std::fputs(fb::usage_text(argv[0]).c_str(), stdout);
     return 0;
   }
-  flashattn::set_cpu_threads(o.threads);
+  if (const flashattn::Status st = flashattn::set_cpu_threads(o.threads); !st.ok()) {
+    std::fprintf(stderr, "flashattn_bench: --threads: %s\n", st.message().c_str());
+    return 2;
+  }
 
   std::vector<fb::Case> cases;
   if (o.shape) {
