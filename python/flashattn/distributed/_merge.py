@@ -27,4 +27,5 @@ def merge_(acc_out: Tensor, acc_lse: Tensor, part_out: Tensor, part_lse: Tensor)
     seen = total > 0
     total = torch.where(seen, total, torch.ones_like(total))
     acc_lse.copy_(torch.where(seen, peak + torch.log(total), torch.full_like(total, _NEG_INF)))
-    acc_out.mul_(_per_row(w_acc / total)).add_(part_out.float() * _per_row(w_part / total))
+    # Two passes over the rows (18 bytes per element): the merge's whole cost, see docs/PERF.md.
+    acc_out.mul_(_per_row(w_acc / total)).addcmul_(part_out, _per_row(w_part / total))
