@@ -5,6 +5,10 @@ results) and backward (gradients added into float32 accumulators), for dense
 The library's torch ops are called directly (flashattn::fwd / flashattn::bwd): the backward of a
 block needs the *global* out and LSE of its rows, which the public functions do not accept. The
 caller has padded head dims already.
+
+The probes run the library on one row before the ring starts: an argument the library rejects
+(dtype, head dim, device) then raises on every rank alike (they agree on shapes and options),
+before any transfer is in flight that a peer would wait for.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ def _mask_args(window: Tuple[int, int]) -> Tuple[bool, int, int]:
 
 
 _NO_RNG = torch.zeros(2, dtype=torch.int64)
+_FULL = (_plan.UNBOUNDED, _plan.UNBOUNDED)
 
 
 def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_q: Optional[Tensor], cu_k: Optional[Tensor], max_q: int, max_k: int,
@@ -65,6 +70,13 @@ class DenseBlocks:
 
     def calls(self, step: int) -> Sequence[_plan.Block]:
         return self.plans[step]
+
+    def probe_forward(self, q: Tensor, k: Tensor, v: Tensor) -> None:
+        _fwd(q[:, :1], k[:, :1], v[:, :1], None, None, 0, 0, _FULL, self.options)
+
+    def probe_backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor) -> None:
+        _bwd(dout[:, :1], q[:, :1], k[:, :1], v[:, :1], out[:, :1], lse[:, :, :1], None, None, 0, 0, _FULL,
+             self.options)
 
     def forward(self, b: _plan.Block, q: Tensor, k: Tensor, v: Tensor, acc_out: Tensor, acc_lse: Tensor) -> None:
         rows, keys = slice(b.q_start, b.q_stop), slice(b.k_start, b.k_stop)
@@ -125,6 +137,7 @@ class VarlenBlocks:
                  options: Options) -> None:
         self.options = options
         self.plans = [[self._on_device(c, total_q, total_k, device) for c in step] for step in calls]
+        self.cu_one = torch.tensor([0, 1], dtype=torch.int32, device=device)  # the probes' one row
 
     @staticmethod
     def _on_device(c: _plan.VarlenCall, total_q: int, total_k: int, device: torch.device) -> _VarlenCallTensors:
@@ -137,6 +150,12 @@ class VarlenBlocks:
 
     def calls(self, step: int) -> Sequence[_VarlenCallTensors]:
         return self.plans[step]
+
+    def probe_forward(self, q: Tensor, k: Tensor, v: Tensor) -> None:
+        _fwd(q[:1], k[:1], v[:1], self.cu_one, self.cu_one, 1, 1, _FULL, self.options)
+
+    def probe_backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor) -> None:
+        _bwd(dout[:1], q[:1], k[:1], v[:1], out[:1], lse[:, :1], self.cu_one, self.cu_one, 1, 1, _FULL, self.options)
 
     def forward(self, c: _VarlenCallTensors, q: Tensor, k: Tensor, v: Tensor, acc_out: Tensor,
                 acc_lse: Tensor) -> None:

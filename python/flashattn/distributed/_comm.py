@@ -54,22 +54,30 @@ class Pending:
         self._works, self._keep, self._copies = [], [], []
 
 
-def exchange(g: Group, sends: Sequence[Tensor], send_to: int, recvs: Sequence[Tensor], recv_from: int) -> Pending:
+def exchange(g: Group, sends: Sequence[Tensor], send_to: int, recvs: Sequence[Tensor], recv_from: int,
+             tag: int = 0) -> Pending:
     """Sends each of sends to group rank send_to and receives recvs (preallocated, same order,
-    same shapes as the peer's sends) from recv_from, as one batch_isend_irecv. Every rank of the
-    ring posts the same pattern, so NCCL matches them in order; tags tell gloo's messages apart."""
+    same shapes as the peer's sends) from recv_from, as one batch_isend_irecv, the i-th with tag
+    tag + i. Every rank of the ring posts the same pattern, so NCCL (which ignores tags) matches
+    them in order; tags keep gloo's messages that are in flight together apart.
+
+    On NCCL the transfers run on the process group's stream, which first waits for the work
+    queued so far on the current stream; no stream of our own is needed: a transfer for the next
+    step becomes ready exactly when this step's attention can start (both wait for the block to
+    arrive and the previous step's work to finish), and buffers stay in the current stream's
+    allocation order."""
     ops, keep, copies = [], [], []
-    for tag, t in enumerate(sends):
+    for i, t in enumerate(sends):
         if g.staged(t):
             t = t.cpu()
             keep.append(t)
-        ops.append(dist.P2POp(dist.isend, t, g.global_rank(send_to), g.group, tag))
-    for tag, t in enumerate(recvs):
+        ops.append(dist.P2POp(dist.isend, t, g.global_rank(send_to), g.group, tag + i))
+    for i, t in enumerate(recvs):
         if g.staged(t):
             host = torch.empty(t.shape, dtype=t.dtype)
             copies.append((t, host))
             t = host
-        ops.append(dist.P2POp(dist.irecv, t, g.global_rank(recv_from), g.group, tag))
+        ops.append(dist.P2POp(dist.irecv, t, g.global_rank(recv_from), g.group, tag + i))
     keep.extend(sends)
     return Pending(dist.batch_isend_irecv(ops), keep, copies)
 

@@ -20,6 +20,9 @@ from . import _comm, _plan
 from ._blocks import DenseBlocks, Options, VarlenBlocks
 
 
+_KV_TAG, _DKV_TAG = 0, 1  # K/V and dK/dV hops can be in flight together
+
+
 class _Packed:
     """K and V as one flat buffer (one message per hop), viewed back as (k, v)."""
 
@@ -47,9 +50,10 @@ class _Ring:
         self.g = g
         self.blocks = blocks
 
-    def _exchange(self, sends: Sequence[Tensor], recvs: Sequence[Tensor], hops: int = 1) -> _comm.Pending:
+    def _exchange(self, sends: Sequence[Tensor], recvs: Sequence[Tensor], hops: int = 1, *,
+                  tag: int) -> _comm.Pending:
         """Sends hops ranks ahead, receives from hops ranks behind (every rank does the same)."""
-        return _comm.exchange(self.g, sends, self.g.rank + hops, recvs, self.g.rank - hops)
+        return _comm.exchange(self.g, sends, self.g.rank + hops, recvs, self.g.rank - hops, tag)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         last = self.blocks.steps() - 1
@@ -58,22 +62,20 @@ class _Ring:
         acc_out = torch.zeros(q.shape[:-1] + v.shape[-1:], dtype=torch.float32, device=q.device)
         lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
         acc_lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)
+        if q.shape[-3] > 0:
+            self.blocks.probe_forward(q, k, v)
         pending: Optional[_comm.Pending] = None
         for step in range(last + 1):
             if pending is not None:
                 pending.wait()
                 kv = kv_next
             k_blk, v_blk = packed.views(kv)
-            calls = list(self.blocks.calls(step))
-            # Step 0 runs its first call before any transfer starts: an argument the library
-            # rejects then raises on every rank (they agree on shapes) with nothing in flight.
-            first, rest = (calls[:1], calls[1:]) if step == 0 else ([], calls)
-            for c in first:
-                self.blocks.forward(c, q, k_blk, v_blk, acc_out, acc_lse)
+            # The next block travels while this one is attended to (on NCCL: from the moment
+            # this block arrived and the previous step's work is done, as this step's attention).
             if step < last:
                 kv_next = torch.empty_like(kv)
-                pending = self._exchange([kv], [kv_next])
-            for c in rest:
+                pending = self._exchange([kv], [kv_next], tag=_KV_TAG)
+            for c in self.blocks.calls(step):
                 self.blocks.forward(c, q, k_blk, v_blk, acc_out, acc_lse)
         return acc_out.to(q.dtype), acc_lse
 
@@ -86,21 +88,19 @@ class _Ring:
         kv_pending: Optional[_comm.Pending] = None
         dkv_pending: Optional[_comm.Pending] = None
         dkv_in: Optional[Tensor] = None
+        if q.shape[-3] > 0:
+            self.blocks.probe_backward(dout, q, k, v, out, lse)
         for step in range(last + 1):
             if kv_pending is not None:
                 kv_pending.wait()
                 kv = kv_next
             k_blk, v_blk = packed.views(kv)
-            dkv = packed.zeros(q, torch.float32)  # this block's dK/dV from this rank's queries
-            dk_blk, dv_blk = packed.views(dkv)
-            calls = list(self.blocks.calls(step))
-            first, rest = (calls[:1], calls[1:]) if step == 0 else ([], calls)
-            for c in first:
-                self.blocks.backward(c, dout, q, k_blk, v_blk, out, lse, dq_acc, dk_blk, dv_blk)
             if step < last:
                 kv_next = torch.empty_like(kv)
-                kv_pending = self._exchange([kv], [kv_next])
-            for c in rest:
+                kv_pending = self._exchange([kv], [kv_next], tag=_KV_TAG)
+            dkv = packed.zeros(q, torch.float32)  # this block's dK/dV from this rank's queries
+            dk_blk, dv_blk = packed.views(dkv)
+            for c in self.blocks.calls(step):
                 self.blocks.backward(c, dout, q, k_blk, v_blk, out, lse, dq_acc, dk_blk, dv_blk)
             if dkv_pending is not None:
                 dkv_pending.wait()
@@ -112,7 +112,7 @@ class _Ring:
                 dkv_in = dkv
                 break
             dkv_in = torch.empty_like(dkv)
-            dkv_pending = self._exchange([dkv], [dkv_in], hops)
+            dkv_pending = self._exchange([dkv], [dkv_in], hops, tag=_DKV_TAG)
         if dkv_pending is not None:
             dkv_pending.wait()
         dk, dv = packed.views(dkv_in)
