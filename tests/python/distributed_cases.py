@@ -81,7 +81,8 @@ ULYSSES_CASES = [
 CASES = RING_CASES + ULYSSES_CASES
 
 ERROR_CASES = ["ring_dropout", "ulysses_dropout", "ulysses_heads_q", "ulysses_heads_k", "zigzag_odd_seqlen",
-               "shapes_differ_across_ranks", "shard_indivisible", "varlen_zigzag_odd_length"]
+               "shapes_differ_across_ranks", "shard_indivisible", "varlen_zigzag_odd_length",
+               "library_rejects_mixed_dtypes", "varlen_library_rejects_mixed_dtypes", "ring_after_the_errors"]
 
 
 def _dtype(case: Case, device: str) -> torch.dtype:
@@ -196,6 +197,18 @@ def run_error_case(name: str, device: str) -> None:
         rows = x[0, :4]
         cu = torch.tensor([0, 1, 4], dtype=torch.int32, device=device)
         _expect(ValueError, "cu_seqlens", cp.ring_flash_attn_varlen_func, rows, rows, rows, cu, 3, layout="zigzag")
+    elif name == "library_rejects_mixed_dtypes":
+        # Raised by the library's own check on every rank before any transfer: the cases after
+        # this one in the same group would see stray messages otherwise.
+        _expect(flashattn.DTypeError, "k", cp.ring_flash_attn_func, x, x.half(), x.half(), causal=True)
+    elif name == "varlen_library_rejects_mixed_dtypes":
+        rows = x[0]
+        cu = torch.tensor([0, rows.shape[0]], dtype=torch.int32, device=device)
+        _expect(flashattn.DTypeError, "k", cp.ring_flash_attn_varlen_func, rows, rows.half(), rows.half(), cu,
+                rows.shape[0])
+    elif name == "ring_after_the_errors":
+        # A failed call that left a transfer in flight would feed this ring a stray message.
+        run_case(RING_CASES[2], device)
     else:
         raise AssertionError(f"unknown error case {name}")
 
