@@ -81,7 +81,7 @@ ULYSSES_CASES = [
 CASES = RING_CASES + ULYSSES_CASES
 
 ERROR_CASES = ["ring_dropout", "ulysses_dropout", "ulysses_heads_q", "ulysses_heads_k", "zigzag_odd_seqlen",
-               "shapes_differ_across_ranks", "shard_indivisible", "varlen_zigzag_odd_length",
+               "shapes_differ_across_ranks", "causal_differs_across_ranks", "shard_indivisible", "varlen_zigzag_odd_length",
                "library_rejects_mixed_dtypes", "varlen_library_rejects_mixed_dtypes", "ring_after_the_errors"]
 
 
@@ -191,6 +191,10 @@ def run_error_case(name: str, device: str) -> None:
         # Without the agreement check the ring would wait for messages of another size: a hang.
         mine = x[:, :2 + 2 * (rank == 0)]
         _expect(ValueError, "q", cp.ring_flash_attn_func, mine, mine, mine, causal=True)
+    elif name == "causal_differs_across_ranks":
+        # Ulysses would not hang, but its heads would be computed under different masks.
+        _expect(ValueError, "causal", cp.ring_flash_attn_func, x, x, x, causal=rank == 0)
+        _expect(ValueError, "causal", cp.ulysses_attn_func, x, x, x, causal=rank == 0)
     elif name == "shard_indivisible":
         _expect(ValueError, "x", cp.zigzag_shard, x[:, :2 * world + 1], 1)
     elif name == "varlen_zigzag_odd_length":

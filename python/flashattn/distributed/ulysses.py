@@ -99,14 +99,16 @@ def ulysses_attn_func(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, win
     if rows % _plan.chunks_per_rank(layout):
         raise ArgumentError(f"argument 'q': the zigzag layout holds two equal chunks per rank; the local seqlen "
                             f"must be even, got {rows}", "q")
+    scale = _scale(softmax_scale, q.shape[-1])
     if check_ranks:
         _comm.check_same_on_every_rank(
             g, q=(tuple(q.shape), str(q.dtype), q.device.type), k=(tuple(k.shape), str(k.dtype)),
-            v=(tuple(v.shape), str(v.dtype)), layout=layout)
+            v=(tuple(v.shape), str(v.dtype)), causal=bool(causal), window_size=window, softmax_scale=scale,
+            softcap=float(softcap), layout=layout)
     r = _Resharding(g, 1, _order(g, [0, rows], layout, q.device))
-    out, lse, _ = flash_attn_func(r.to_heads(q), r.to_heads(k), r.to_heads(v), softmax_scale=_scale(
-        softmax_scale, q.shape[-1]), causal=causal, window_size=window, softcap=softcap,
-        deterministic=deterministic, return_attn_probs=True)
+    out, lse, _ = flash_attn_func(r.to_heads(q), r.to_heads(k), r.to_heads(v), softmax_scale=scale, causal=causal,
+                                  window_size=window, softcap=softcap, deterministic=deterministic,
+                                  return_attn_probs=True)
     out = r.to_rows(out)
     return (out, r.lse_to_rows(lse)) if return_lse else out
 
@@ -131,16 +133,18 @@ def ulysses_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor
     if cu[-1] != q.shape[0]:
         raise ArgumentError(f"argument 'cu_seqlens': Ulysses attention needs every row in a sequence; it ends at "
                             f"{cu[-1]}, q has {q.shape[0]} rows", "cu_seqlens")
+    scale = _scale(softmax_scale, q.shape[-1])
     if check_ranks:
         _comm.check_same_on_every_rank(
             g, q=(tuple(q.shape), str(q.dtype), q.device.type), k=(tuple(k.shape), str(k.dtype)),
-            v=(tuple(v.shape), str(v.dtype)), cu_seqlens=cu, layout=layout)
+            v=(tuple(v.shape), str(v.dtype)), cu_seqlens=cu, causal=bool(causal), window_size=window,
+            softmax_scale=scale, softcap=float(softcap), layout=layout)
     r = _Resharding(g, 0, _order(g, cu, layout, q.device))
     cu_full = torch.tensor([c * g.size for c in cu], dtype=torch.int32, device=q.device)
     longest = g.size * max((b - a for a, b in zip(cu[:-1], cu[1:])), default=0)
     out, lse, _ = flash_attn_varlen_func(
         r.to_heads(q), r.to_heads(k), r.to_heads(v), cu_full, cu_full, longest, longest,
-        softmax_scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window, softcap=softcap,
+        softmax_scale=scale, causal=causal, window_size=window, softcap=softcap,
         deterministic=deterministic, return_attn_probs=True)
     out = r.to_rows(out)
     return (out, r.lse_to_rows(lse)) if return_lse else out
