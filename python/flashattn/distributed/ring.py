@@ -9,7 +9,7 @@ run on the library in _blocks; the transport in _comm.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -50,10 +50,11 @@ class _Ring:
         self.g = g
         self.blocks = blocks
 
-    def _exchange(self, sends: Sequence[Tensor], recvs: Sequence[Tensor], hops: int = 1, *,
-                  tag: int) -> _comm.Pending:
-        """Sends hops ranks ahead, receives from hops ranks behind (every rank does the same)."""
-        return _comm.exchange(self.g, sends, self.g.rank + hops, recvs, self.g.rank - hops, tag)
+    def _shift(self, buf: Tensor, tag: int, hops: int = 1) -> Tuple[_comm.Pending, Tensor]:
+        """Sends buf hops ranks ahead and receives the same from hops ranks behind (every rank
+        does the same): the transfer and the buffer it fills."""
+        arriving = torch.empty_like(buf)
+        return _comm.exchange(self.g, [buf], self.g.rank + hops, [arriving], self.g.rank - hops, tag), arriving
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
         last = self.blocks.steps() - 1
@@ -64,17 +65,16 @@ class _Ring:
         acc_lse = torch.full(lse_shape, float("-inf"), dtype=torch.float32, device=q.device)
         if q.shape[-3] > 0:
             self.blocks.probe_forward(q, k, v)
-        pending: Optional[_comm.Pending] = None
+        incoming: Optional[Tuple[_comm.Pending, Tensor]] = None  # the next block, in flight
         for step in range(last + 1):
-            if pending is not None:
+            if incoming is not None:
+                pending, kv = incoming
                 pending.wait()
-                kv = kv_next
             k_blk, v_blk = packed.views(kv)
             # The next block travels while this one is attended to (on NCCL: from the moment
             # this block arrived and the previous step's work is done, as this step's attention).
             if step < last:
-                kv_next = torch.empty_like(kv)
-                pending = self._exchange([kv], [kv_next], tag=_KV_TAG)
+                incoming = self._shift(kv, _KV_TAG)
             for c in self.blocks.calls(step):
                 self.blocks.forward(c, q, k_blk, v_blk, acc_out, acc_lse)
         return acc_out.to(q.dtype), acc_lse
@@ -85,37 +85,36 @@ class _Ring:
         packed = _Packed(k, v)
         kv = packed.pack(k, v)
         dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        kv_pending: Optional[_comm.Pending] = None
-        dkv_pending: Optional[_comm.Pending] = None
-        dkv_in: Optional[Tensor] = None
+        incoming_kv: Optional[Tuple[_comm.Pending, Tensor]] = None
+        incoming_dkv: Optional[Tuple[_comm.Pending, Tensor]] = None  # this block's dK/dV so far
         if q.shape[-3] > 0:
             self.blocks.probe_backward(dout, q, k, v, out, lse)
         for step in range(last + 1):
-            if kv_pending is not None:
-                kv_pending.wait()
-                kv = kv_next
+            if incoming_kv is not None:
+                pending, kv = incoming_kv
+                pending.wait()
             k_blk, v_blk = packed.views(kv)
             if step < last:
-                kv_next = torch.empty_like(kv)
-                kv_pending = self._exchange([kv], [kv_next], tag=_KV_TAG)
+                incoming_kv = self._shift(kv, _KV_TAG)
             dkv = packed.zeros(q, torch.float32)  # this block's dK/dV from this rank's queries
             dk_blk, dv_blk = packed.views(dkv)
             for c in self.blocks.calls(step):
                 self.blocks.backward(c, dout, q, k_blk, v_blk, out, lse, dq_acc, dk_blk, dv_blk)
-            if dkv_pending is not None:
-                dkv_pending.wait()
-                dkv += dkv_in  # what the ranks before this one added to the same block
+            if incoming_dkv is not None:
+                pending, earlier = incoming_dkv
+                pending.wait()
+                dkv += earlier  # what the ranks before this one added to the same block
             # Onward with the block's K/V; after the last step straight home: the block held at
             # step `last` is rank - last's (one hop ahead when the ring went all the way round).
             hops = 1 if step < last else -last
             if hops == 0:  # a ring of one step: the block is this rank's own
-                dkv_in = dkv
+                incoming_dkv = None
                 break
-            dkv_in = torch.empty_like(dkv)
-            dkv_pending = self._exchange([dkv], [dkv_in], hops, tag=_DKV_TAG)
-        if dkv_pending is not None:
-            dkv_pending.wait()
-        dk, dv = packed.views(dkv_in)
+            incoming_dkv = self._shift(dkv, _DKV_TAG, hops)
+        if incoming_dkv is not None:
+            pending, dkv = incoming_dkv
+            pending.wait()
+        dk, dv = packed.views(dkv)
         return dq_acc.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
