@@ -85,6 +85,9 @@ ERROR_CASES = ["ring_dropout", "ulysses_dropout", "ulysses_heads_q", "ulysses_he
                "library_rejects_mixed_dtypes", "varlen_library_rejects_mixed_dtypes", "ring_after_the_errors"]
 
 
+ROUND_TRIPS = ["unshard_contiguous", "unshard_zigzag", "unshard_varlen_contiguous", "unshard_varlen_zigzag"]
+
+
 def _dtype(case: Case, device: str) -> torch.dtype:
     # The GPU kernels take fp16/bf16: float32 cases run in bfloat16 there.
     name = case.dtype if device == "cpu" else "bfloat16"
@@ -217,6 +220,29 @@ def run_error_case(name: str, device: str) -> None:
         raise AssertionError(f"unknown error case {name}")
 
 
+def run_round_trip(name: str, device: str) -> None:
+    """unshard(shard(x)) == x on every rank, exactly, and the shards are disjoint pieces of x."""
+    world = dist.get_world_size()
+    layout = name.rsplit("_", 1)[1]
+    per_rank = 2 if layout == "zigzag" else 1
+    if "varlen" in name:
+        lengths = [c * world * per_rank for c in (3, 1, 2)]
+        x = torch.arange(sum(lengths) * 3, dtype=torch.float32).reshape(-1, 3)
+        cu = torch.tensor([0] + np.cumsum(lengths).tolist(), dtype=torch.int32)
+        local, cu_local = cp.shard_varlen(x, cu, layout=layout)
+        assert cu_local.tolist() == [0] + np.cumsum([n // world for n in lengths]).tolist()
+        back = cp.unshard_varlen(local.to(device), cu_local.to(device), layout=layout)
+    else:
+        x = torch.arange(2 * 4 * world * per_rank * 3, dtype=torch.float32).reshape(2, -1, 3)
+        local = cp.shard(x, 1, layout=layout)
+        assert local.shape[1] == x.shape[1] // world
+        back = cp.unshard(local.to(device), 1, layout=layout)
+    gathered = cp.unshard(local.to(device), 0, layout="contiguous") if "varlen" in name else \
+        cp.unshard(local.to(device), 1, layout="contiguous")
+    assert sorted(gathered.flatten().tolist()) == sorted(x.flatten().tolist()), f"{name}: shards overlap"
+    assert torch.equal(back.cpu(), x), f"{name}: unshard(shard(x)) != x"
+
+
 def worker(rank: int, world_size: int, backend: str, device: str, init_file: str, result_dir: str,
            names: List[str]) -> None:
     """One rank: runs every named case and writes {name: "ok" or the failure} to rank<r>.json."""
@@ -232,6 +258,8 @@ def worker(rank: int, world_size: int, backend: str, device: str, init_file: str
         try:
             if name in by_name:
                 run_case(by_name[name], device)
+            elif name in ROUND_TRIPS:
+                run_round_trip(name, device)
             else:
                 run_error_case(name, device)
             results[name] = "ok"

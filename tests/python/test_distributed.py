@@ -52,7 +52,7 @@ def _skip_reason(backend: str, device: str, world_size: int):
 @functools.lru_cache(maxsize=None)
 def _results(backend: str, device: str, world_size: int):
     """Runs every case in one group of world_size processes: {rank: {case: "ok" or failure}}."""
-    names = NAMES + distributed_cases.ERROR_CASES
+    names = NAMES + distributed_cases.ROUND_TRIPS + distributed_cases.ERROR_CASES
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         ctx = mp.start_processes(distributed_cases.worker, nprocs=world_size, join=False, start_method="spawn",
@@ -86,6 +86,12 @@ def _check(config, name):
 @pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
 @pytest.mark.parametrize("name", NAMES)
 def test_matches_single_process_attention(config, name):
+    _check(config, name)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("name", distributed_cases.ROUND_TRIPS)
+def test_unshard_inverts_shard(config, name):
     _check(config, name)
 
 
