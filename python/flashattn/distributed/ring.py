@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from .._errors import ArgumentError, UnsupportedError
-from ..interface import _pad_head_dim, _window
+from .._args import window as _window
+from ..interface import _pad_head_dim
 from . import _comm, _plan
 from ._blocks import DenseBlocks, Options, VarlenBlocks
 

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from .._errors import ArgumentError
-from ..interface import _window, flash_attn_func, flash_attn_varlen_func
+from .._args import window as _window
+from ..interface import flash_attn_func, flash_attn_varlen_func
 from . import _comm, _plan
 from .layout import global_order_varlen
 from .ring import _host_cu_seqlens, _ndim, _no_dropout, _require_tensors, _same_sequence, _scale
