@@ -163,6 +163,10 @@ struct KvCacheParams : AttnOptions {
   TensorView cache_seqlens;      // optional int32 (batch): tokens already in the cache;
                                  //   absent = the whole cache (seqlen_cache) is used
   TensorView cache_batch_idx;    // optional int32 (batch): cache row of each batch entry
+  TensorView cache_leftpad;      // optional int32 (batch): sequence b starts at cache position
+                                 //   cache_leftpad[b] (left padding); its keys are positions
+                                 //   [cache_leftpad[b], cache_seqlens[b] + seqlen_new), and rotary
+                                 //   positions stay the cache positions, as in flash_attn
   TensorView block_table;        // optional int32 (batch, max_blocks_per_seq): paged cache.
                                  //   Sequences may share pages they only read (prefix sharing);
                                  //   with k_new, a page keys are appended into must not be shared

@@ -436,7 +436,8 @@ flash_attn_varlen_kvpacked_func.__doc__ = """flash_attn_varlen_func with k and v
 # KV cache
 # ---------------------------------------------------------------------------------------------
 def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Optional[Array], *,
-             rotary_cos: Any, rotary_sin: Any, cache_seqlens: Any, cache_batch_idx: Any, block_table: Any,
+             rotary_cos: Any, rotary_sin: Any, cache_seqlens: Any, cache_batch_idx: Any, cache_leftpad: Any,
+             block_table: Any,
              softmax_scale: Any, causal: Any, window_size: Any, softcap: Any, rotary_interleaved: Any,
              alibi_slopes: Any, num_splits: Any, block_table_name: str = "block_table") -> Tuple[Array, Array]:
     """(out, softmax_lse) of a checked KV-cache call; appends k/v into the caches in place."""
@@ -456,7 +457,7 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
         raise _args.type_error(missing, f"must be given with '{given}' (new keys and values are appended together)",
                                None)
     for name, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx),
-                    (block_table_name, block_table), ("alibi_slopes", alibi_slopes)):
+                    ("cache_leftpad", cache_leftpad), (block_table_name, block_table), ("alibi_slopes", alibi_slopes)):
         _args.tensor(x, name, kind, optional=True)
     if cache_seqlens is not None and _args.array_kind(cache_seqlens) is None:
         length = _args.integer(cache_seqlens, "cache_seqlens", 0,
@@ -473,10 +474,11 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
         _args.tensor(cache_seqlens, "cache_seqlens", kind, optional=True)
     head_dim_v = int(v_cache.shape[-1])
     # As flash_attn: strided last dims of everything but the caches (written in place) are copied.
-    q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, alibi_slopes = (
+    q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes = (
         _args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                                               block_table, alibi_slopes))
-    options = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table,
+                                               cache_leftpad, block_table, alibi_slopes))
+    options = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                   block_table=block_table,
                    rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                    rotary_interleaved=_args.flag(rotary_interleaved, "rotary_interleaved"),
                    softmax_scale=_default_scale(softmax_scale, head_dim), causal=_args.flag(causal, "causal"),
@@ -539,7 +541,10 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         cache_seqlens: int, or int32 (batch,): the tokens already in each cache row. None: every
             slot of the cache is used.
         cache_batch_idx: int32 (batch,), optional: the cache row of each batch entry (default b).
-        cache_leftpad: not supported yet (raises UnsupportedError when given).
+        cache_leftpad: int32 (batch,), optional: the cache position where each sequence starts
+            (left padding). Its keys are positions cache_leftpad[b] .. cache_seqlens[b] + seqlen_new - 1;
+            rotary positions stay the cache positions, as in flash_attn. CPU backend for now: the GPU
+            kernels raise UnsupportedError until their device suite has run it.
         block_table: int32 (batch, max_num_blocks_per_seq), optional: the pages of each sequence in
             a paged cache.
         softmax_scale, causal, window_size, softcap, alibi_slopes: as in flash_attn_func.
@@ -552,11 +557,9 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse (batch, nheads, seqlen_q),
         float32) with return_softmax_lse.
     """
-    if cache_leftpad is not None:
-        raise UnsupportedError("argument 'cache_leftpad': not supported by flashattn yet", "cache_leftpad",
-                               "unsupported")
     out, lse = _kvcache(q, k_cache, v_cache, k, v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table,
+                        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                        block_table=block_table,
                         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                         rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits)
     return (out, lse) if _args.flag(return_softmax_lse, "return_softmax_lse") else out

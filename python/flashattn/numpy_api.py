@@ -156,8 +156,8 @@ def bwd(dout: Array, q: Array, k: Array, v: Array, out: Array, softmax_lse: Arra
 
 def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Array] = None,
                 v_new: Optional[Array] = None, cache_seqlens: Optional[Array] = None,
-                cache_batch_idx: Optional[Array] = None, block_table: Optional[Array] = None,
-                rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
+                cache_batch_idx: Optional[Array] = None, cache_leftpad: Optional[Array] = None,
+                block_table: Optional[Array] = None, rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
                 rotary_interleaved: bool = False, softmax_scale: Optional[float] = None, causal: bool = False,
                 window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                 alibi_slopes: Optional[Array] = None, num_splits: int = 0) -> Tuple[Array, Array]:
@@ -171,6 +171,7 @@ def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Arr
         k_new, v_new: (batch, seqlen_new, heads_k, d[_v]), optional, appended at cache_seqlens.
         cache_seqlens: int32 (batch,), tokens already in each cache row (None: all of them).
         cache_batch_idx: int32 (batch,), the cache row of each batch entry.
+        cache_leftpad: int32 (batch,), the cache position where each sequence starts (left padding).
         block_table: int32 (batch, max_blocks), the pages of a paged cache.
         rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2), optional; rotary_interleaved: bool.
         softmax_scale, causal, window_size, softcap, alibi_slopes: as fwd.
@@ -181,7 +182,8 @@ def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Arr
     """
     _check_arrays(q=q, k_cache=k_cache, v_cache=v_cache)
     _check_arrays(optional=True, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
-                  cache_batch_idx=cache_batch_idx, block_table=block_table, rotary_cos=rotary_cos,
+                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+                  rotary_cos=rotary_cos,
                   rotary_sin=rotary_sin, alibi_slopes=alibi_slopes)
     if k_new is not None or v_new is not None:
         for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -193,7 +195,8 @@ def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Arr
     lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32) if q.ndim == 4 else None
     raise_for_status(_ext.fwd_kvcache(
         q, k_cache, v_cache, out, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
-        cache_batch_idx=cache_batch_idx, block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+        rotary_cos=rotary_cos, rotary_sin=rotary_sin,
         rotary_interleaved=_args.flag(rotary_interleaved, "rotary_interleaved"), softmax_lse=lse,
         softmax_scale=_args.optional_real(softmax_scale, "softmax_scale"), causal=_args.flag(causal, "causal"),
         window_left=window_left, window_right=window_right, softcap=_args.real(softcap, "softcap"),

@@ -192,8 +192,8 @@ class FlashAttnFunc(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------
 @torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
 def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
-                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
-                rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
+                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
+                block_table: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
                 alibi_slopes: Optional[Tensor], num_splits: int) -> Tuple[Tensor, Tensor]:
     """Attention over a KV cache; k_new/v_new are appended into the caches in place."""
@@ -203,7 +203,8 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Ten
     with _on_device(q):
         raise_for_status(_ext.fwd_kvcache(
             q, k_cache.detach(), v_cache.detach(), out, k_new=k_new, v_new=v_new,
-            cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx), block_table=_dl(block_table),
+            cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx),
+            cache_leftpad=_dl(cache_leftpad), block_table=_dl(block_table),
             rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
             softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
             window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
@@ -212,8 +213,9 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Ten
 
 
 @fwd_kvcache.register_fake
-def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, block_table, rotary_cos, rotary_sin,
-      rotary_interleaved, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, num_splits):
+def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos,
+      rotary_sin, rotary_interleaved, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+      num_splits):
     return q.new_empty(_out_shape(q, v_cache)), q.new_empty(_lse_shape(q, False), dtype=torch.float32)
 
 
@@ -269,7 +271,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) ->
     window_left, window_right = kw.pop("window_size")
     return torch.ops.flashattn.fwd_kvcache(
         q, k_cache, v_cache, kw["k_new"], kw["v_new"], kw["cache_seqlens"], kw["cache_batch_idx"],
-        kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
+        kw["cache_leftpad"], kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
         float(kw["softmax_scale"]), bool(kw["causal"]), int(window_left), int(window_right), float(kw["softcap"]),
         kw["alibi_slopes"], int(kw["num_splits"]))
 

@@ -246,7 +246,8 @@ StatusResult bwd(const InArray& dout, const InArray& q, const InArray& k, const 
 // valid, so they arrive as read-only views and the Python layer checks writability for appends.
 StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray& v_cache, const OutArray& out,
                          const InArray& k_new, const InArray& v_new, const InArray& cache_seqlens,
-                         const InArray& cache_batch_idx, const InArray& block_table, const InArray& rotary_cos,
+                         const InArray& cache_batch_idx, const InArray& cache_leftpad, const InArray& block_table,
+                         const InArray& rotary_cos,
                          const InArray& rotary_sin, bool rotary_interleaved, const OutArray& softmax_lse,
                          std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
                          float softcap, const InArray& alibi_slopes, int num_splits, uintptr_t stream,
@@ -261,6 +262,7 @@ StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray
     p.v_new = to_view(v_new, "v_new");
     p.cache_seqlens = to_view(cache_seqlens, "cache_seqlens");
     p.cache_batch_idx = to_view(cache_batch_idx, "cache_batch_idx");
+    p.cache_leftpad = to_view(cache_leftpad, "cache_leftpad");
     p.block_table = to_view(block_table, "block_table");
     p.rotary_cos = to_view(rotary_cos, "rotary_cos");
     p.rotary_sin = to_view(rotary_sin, "rotary_sin");
@@ -340,7 +342,8 @@ NB_MODULE(_ext, m) {
         "dropout_offset"_a = 0, "deterministic"_a = false, "stream"_a = 0, "backend"_a = "auto");
   m.def("fwd_kvcache", &fwd_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, nb::kw_only(),
         "k_new"_a.none() = none, "v_new"_a.none() = none, "cache_seqlens"_a.none() = none,
-        "cache_batch_idx"_a.none() = none, "block_table"_a.none() = none, "rotary_cos"_a.none() = none,
+        "cache_batch_idx"_a.none() = none, "cache_leftpad"_a.none() = none, "block_table"_a.none() = none,
+        "rotary_cos"_a.none() = none,
         "rotary_sin"_a.none() = none, "rotary_interleaved"_a = false, "softmax_lse"_a.none() = none,
         "softmax_scale"_a.none() = none, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "stream"_a = 0,

@@ -604,8 +604,27 @@ Status check_cache_batch_idx_contents(const TensorView& index, int64_t batch, in
   return {};
 }
 
+Status check_cache_leftpad_contents(const TensorView& leftpad, int64_t batch, const int32_t* cache_seqlens,
+                                    int64_t capacity) {
+  if (leftpad.device != DeviceType::Cpu) return {};  // kernels see no keys where it passes the end
+  const int32_t* v = int_data(leftpad);
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::string entry = "cache_leftpad[" + std::to_string(b) + "] = " + std::to_string(v[b]);
+    if (v[b] < 0) return invalid_argument("cache_leftpad", "entries must be >= 0", entry);
+    if (cache_seqlens != nullptr && v[b] > cache_seqlens[b])
+      return invalid_argument("cache_leftpad", "cache_leftpad[b] must be <= cache_seqlens[b] (" +
+                                                   std::to_string(cache_seqlens[b]) + ")",
+                              entry);
+    if (v[b] > capacity)
+      return invalid_argument("cache_leftpad",
+                              "entries must be <= the cache capacity (" + std::to_string(capacity) + ")", entry);
+  }
+  return {};
+}
+
 Status check_block_table_contents(const TensorView& block_table, int64_t batch, int64_t num_blocks,
-                                  int64_t page_size, const int32_t* cache_seqlens, int64_t seqlen_new) {
+                                  int64_t page_size, const int32_t* cache_seqlens, int64_t seqlen_new,
+                                  const int32_t* leftpad) {
   if (block_table.device != DeviceType::Cpu) return {};  // kernels clamp
   const int32_t* v = int_data(block_table);
   const int64_t max_blocks = block_table.shape[1], row_stride = block_table.stride[0];
@@ -613,7 +632,8 @@ Status check_block_table_contents(const TensorView& block_table, int64_t batch, 
     // Only the pages holding keys are read; the rest of the row may hold anything (e.g. -1).
     const int64_t keys = cache_seqlens != nullptr ? int64_t(cache_seqlens[b]) + seqlen_new : max_blocks * page_size;
     const int64_t pages = std::min(max_blocks, (keys + page_size - 1) / page_size);
-    for (int64_t p = 0; p < pages; ++p) {
+    const int64_t first_page = leftpad != nullptr ? std::min<int64_t>(leftpad[b], keys) / page_size : 0;
+    for (int64_t p = first_page; p < pages; ++p) {
       const int32_t block = v[b * row_stride + p];
       if (block < 0 || block >= num_blocks)
         return invalid_argument("block_table",

@@ -168,11 +168,15 @@ Status check_cache_seqlens_contents(const TensorView& cache_seqlens, int64_t bat
 // Entries in [0, batch_cache); distinct when the call appends (two sequences, one cache row).
 Status check_cache_batch_idx_contents(const TensorView& index, int64_t batch, int64_t batch_cache,
                                       bool must_be_distinct);
-// Pages covering keys [0, cache_seqlens[b] + seqlen_new) (the whole row without cache_seqlens)
-// name existing blocks.
+// 0 <= cache_leftpad[b] <= cache_seqlens[b] (the capacity without cache_seqlens): a sequence
+// starts at or before its end.
+Status check_cache_leftpad_contents(const TensorView& leftpad, int64_t batch, const int32_t* cache_seqlens,
+                                    int64_t capacity);
+// Pages covering positions [cache_leftpad[b], cache_seqlens[b] + seqlen_new) (the whole row without
+// cache_seqlens; from 0 without cache_leftpad) name existing blocks.
 Status check_block_table_contents(const TensorView& block_table, int64_t batch, int64_t num_blocks,
                                   int64_t page_size, const int32_t* cache_seqlens,
-                                  int64_t seqlen_new);
+                                  int64_t seqlen_new, const int32_t* leftpad);
 // Appending (seqlen_new > 0): a page that new keys are written into appears once among the pages
 // in use, else two sequences would write one page, or one would read keys another is writing.
 // Pages without new keys may be shared (prefix sharing). Host tables only (after the contents check).

@@ -407,6 +407,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   const TensorView &q = params.q, &k_cache = params.k_cache, &v_cache = params.v_cache;
   const TensorView &k_new = params.k_new, &v_new = params.v_new, &out = params.out, &lse = params.softmax_lse;
   const TensorView &cache_seqlens = params.cache_seqlens, &batch_idx = params.cache_batch_idx;
+  const TensorView& leftpad = params.cache_leftpad;
   const TensorView &block_table = params.block_table, &cos = params.rotary_cos, &sin = params.rotary_sin;
   const TensorView& alibi = params.alibi_slopes;
   const NamedList all = {{q, "q"},
@@ -416,6 +417,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                          {v_new, "v_new"},
                          {cache_seqlens, "cache_seqlens"},
                          {batch_idx, "cache_batch_idx"},
+                         {leftpad, "cache_leftpad"},
                          {block_table, "block_table"},
                          {cos, "rotary_cos"},
                          {sin, "rotary_sin"},
@@ -438,8 +440,8 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   // Placement and dtypes.
   FA_CHECK(check_all_same_device({{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
                                   {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                                  {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
-                                  {alibi, "alibi_slopes"}, {out, "out"}, {lse, "softmax_lse"}},
+                                  {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
+                                  {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {out, "out"}, {lse, "softmax_lse"}},
                                  q, "q"));
   FA_CHECK(check_attention_dtype(q, "q"));
   for (const Named& n : NamedList{{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
@@ -447,8 +449,9 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     if (n.view.defined()) FA_CHECK(check_dtype_matches(n.view, n.name, q.dtype, "q"));
   FA_CHECK(check_output_dtype(out, "out", q.dtype, options.allow_f32_outputs));
   FA_CHECK(check_all_dtype({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}}, DType::F32));
-  FA_CHECK(check_all_dtype(
-      {{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"}, {block_table, "block_table"}}, DType::I32));
+  FA_CHECK(check_all_dtype({{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
+                            {leftpad, "cache_leftpad"}, {block_table, "block_table"}},
+                           DType::I32));
 
   // Ranks.
   FA_CHECK(check_ndim(q, "q", 4, "(batch, seqlen_q, heads_q, head_dim)"));
@@ -464,6 +467,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   if (lse.defined()) FA_CHECK(check_ndim(lse, "softmax_lse", 3, "(batch, heads_q, seqlen_q)"));
   if (cache_seqlens.defined()) FA_CHECK(check_ndim(cache_seqlens, "cache_seqlens", 1, "(batch)"));
   if (batch_idx.defined()) FA_CHECK(check_ndim(batch_idx, "cache_batch_idx", 1, "(batch)"));
+  if (leftpad.defined()) FA_CHECK(check_ndim(leftpad, "cache_leftpad", 1, "(batch)"));
   if (paged) FA_CHECK(check_ndim(block_table, "block_table", 2, "(batch, max_blocks_per_seq)"));
   if (rotary) {
     FA_CHECK(check_ndim(cos, "rotary_cos", 2, "(seqlen_ro, rotary_dim / 2)"));
@@ -498,6 +502,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   }
   if (batch_idx.defined()) FA_CHECK(check_dim(batch_idx, "cache_batch_idx", 0, {batch, "the batch of q"}));
   if (cache_seqlens.defined()) FA_CHECK(check_dim(cache_seqlens, "cache_seqlens", 0, {batch, "the batch of q"}));
+  if (leftpad.defined()) FA_CHECK(check_dim(leftpad, "cache_leftpad", 0, {batch, "the batch of q"}));
   if (appends) {
     FA_CHECK(check_shape(k_new, "k_new",
                          {{batch, "the batch of q"}, {seqlen_new, "seqlen_new"}, {heads_k, "heads_k of k_cache"},
@@ -523,14 +528,15 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                                           {v_new, "v_new"}, {out, "out"}, {lse, "softmax_lse"},
                                           {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
                                           {alibi, "alibi_slopes"}}));
-  FA_CHECK(check_all_contiguous({{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"}}));
+  FA_CHECK(check_all_contiguous(
+      {{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"}, {leftpad, "cache_leftpad"}}));
   if (rotary) FA_CHECK(check_same_strides(sin, "rotary_sin", cos, "rotary_cos"));
   FA_CHECK(check_all_aligned(
       {{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"}, {out, "out"}},
       Alignment::Vectorized));
   FA_CHECK(check_all_aligned({{lse, "softmax_lse"}, {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                              {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
-                              {alibi, "alibi_slopes"}},
+                              {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
+                              {sin, "rotary_sin"}, {alibi, "alibi_slopes"}},
                              Alignment::Element));
   FA_CHECK(check_all_data(all));
 
@@ -539,8 +545,11 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   if (cache_seqlens.defined()) FA_CHECK(check_cache_seqlens_contents(cache_seqlens, batch, seqlen_new, capacity));
   if (batch_idx.defined())
     FA_CHECK(check_cache_batch_idx_contents(batch_idx, batch, k_cache.shape[0], /*must_be_distinct=*/appends));
+  const int32_t* leftpads = int_pointer(leftpad);
+  if (leftpad.defined()) FA_CHECK(check_cache_leftpad_contents(leftpad, batch, seqlens, capacity));
   if (paged) {
-    FA_CHECK(check_block_table_contents(block_table, batch, k_cache.shape[0], k_cache.shape[1], seqlens, seqlen_new));
+    FA_CHECK(check_block_table_contents(block_table, batch, k_cache.shape[0], k_cache.shape[1], seqlens, seqlen_new,
+                                        leftpad.device == DeviceType::Cpu ? leftpads : nullptr));
     if (appends) FA_CHECK(check_block_table_writes(block_table, batch, k_cache.shape[1], seqlens, seqlen_new));
   }
   // Rotary positions of q: one per row with a causal or local mask, else all at the first new one.
@@ -555,14 +564,14 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   if (appends) {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}},
                                     {{q, "q"}, {k_new, "k_new"}, {v_new, "v_new"}, {cache_seqlens, "cache_seqlens"},
-                                     {batch_idx, "cache_batch_idx"}, {block_table, "block_table"},
+                                     {batch_idx, "cache_batch_idx"}, {leftpad, "cache_leftpad"}, {block_table, "block_table"},
                                      {cos, "rotary_cos"}, {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
   } else {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}},
                                     {{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"},
                                      {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                                     {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
-                                     {alibi, "alibi_slopes"}}));
+                                     {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
+                                     {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
   }
 
   KvCacheProblem built;
@@ -578,6 +587,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.k = dense_rows(k_cache);
   p.v = dense_rows(v_cache);
   for (RowsView* cache : {&p.k, &p.v}) {
+    cache->row_offset = leftpads;
     if (paged) {
       // batch_stride is the page stride; rows within a page use row_stride.
       cache->block_table = int_pointer(block_table);
@@ -594,6 +604,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.lens.seqlen_k = capacity;  // without cache_seqlens every slot is a key; with them, a bound
   p.lens.cache_seqlens = seqlens;
   p.lens.seqlen_k_added = cache_seqlens.defined() ? seqlen_new : 0;
+  p.lens.k_leftpad = leftpads;
   fill_options(params, head_dim, &p);
   p.num_splits = params.num_splits;
   if (appends) {

@@ -1063,6 +1063,58 @@ TEST_F(KvCacheRules, CacheBatchIdx) {
   EXPECT_INVALID(build(), "cache_batch_idx", "entries must be in [0, batch of k_cache (3))");
 }
 
+TEST_F(KvCacheRules, CacheLeftpadStartsEachSequence) {
+  HostTensor leftpad = int_tensor({2, 8});
+  p.cache_leftpad = leftpad.view();
+  ASSERT_TRUE(build().ok());
+  const AttnProblem& a = problem.attn;
+  EXPECT_EQ(a.lens.k_leftpad, leftpad.data());
+  EXPECT_EQ(a.lens.k(0), 3 + 2 - 2);  // positions [2, 5)
+  EXPECT_EQ(a.lens.k(1), 8 + 2 - 8);  // only the appended keys
+  EXPECT_EQ(a.k.row_offset, leftpad.data());
+  EXPECT_EQ(a.v.row_offset, leftpad.data());
+  EXPECT_EQ(a.k.offset(0, 0, 1), 2 * 32 + 16);  // key 0 of sequence 0 is cache position 2
+  EXPECT_EQ(problem.first_new_position(1), 8);
+  EXPECT_EQ(problem.new_key_row(1, 1), 1);  // appended key 1 of sequence 1: position 9, key 1
+  use_paged_cache();
+  ASSERT_TRUE(build().ok());
+  // Sequence 1, key 1 = position 9: page 2 of row 1 -> block 4, slot 1.
+  EXPECT_EQ(problem.attn.k.offset(1, 1, 0), 4 * 128 + 1 * 32);
+}
+
+TEST_F(KvCacheRules, CacheLeftpadRules) {
+  HostTensor leftpad = int_tensor({0, 9});
+  p.cache_leftpad = leftpad.view();
+  EXPECT_INVALID(build(), "cache_leftpad", "cache_leftpad[b] must be <= cache_seqlens[b] (8), got cache_leftpad[1] = 9");
+  leftpad.as<int32_t>()[1] = -1;
+  EXPECT_INVALID(build(), "cache_leftpad", "entries must be >= 0, got cache_leftpad[1] = -1");
+  p.cache_leftpad.dtype = DType::F32;
+  EXPECT_INVALID(build(), "cache_leftpad", "dtype must be int32");
+  HostTensor three = int_tensor({0, 0, 0});
+  p.cache_leftpad = three.view();
+  EXPECT_INVALID(build(), "cache_leftpad", "dim 0 must equal the batch of q (2), got 3");
+  // Without cache_seqlens every slot up to the capacity is a candidate key.
+  p.k_new = {};
+  p.v_new = {};
+  p.cache_seqlens = {};
+  HostTensor past = int_tensor({10, 11});
+  p.cache_leftpad = past.view();
+  EXPECT_INVALID(build(), "cache_leftpad", "entries must be <= the cache capacity (10), got cache_leftpad[1] = 11");
+  past.as<int32_t>()[1] = 10;
+  ASSERT_TRUE(build().ok());
+  EXPECT_EQ(problem.attn.lens.k(1), 0);
+}
+
+TEST_F(KvCacheRules, CacheLeftpadSkipsUnreadPages) {
+  use_paged_cache();
+  HostTensor leftpad = int_tensor({0, 4});  // sequence 1 starts on its second page
+  p.cache_leftpad = leftpad.view();
+  block_table.as<int32_t>()[3] = -1;  // its first page: never read
+  EXPECT_OK(build());
+  leftpad.as<int32_t>()[1] = 3;
+  EXPECT_INVALID(build(), "block_table", "entries for the pages in use must be in [0, num_blocks of k_cache (6))");
+}
+
 TEST_F(KvCacheRules, CacheBatchIdxDistinctWhenAppending) {
   HostTensor idx = int_tensor({1, 1});
   p.cache_batch_idx = idx.view();

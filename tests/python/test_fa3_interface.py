@@ -156,12 +156,10 @@ UNSUPPORTED = [
     ("v_descale", lambda: fa3.flash_attn_qkvpacked_func(np.ones((1, 4, 3, 2, 16), np.float32), v_descale=1.0)),
     ("attention_chunk", lambda: fa3.flash_attn_func(Q, Q, Q, attention_chunk=128)),
     ("seqused_q", lambda: fa3.flash_attn_varlen_func(Q[0], Q[0], Q[0], CU, CU, 4, 4, seqused_q=np.array([4]))),
-    ("cache_leftpad", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, cache_leftpad=LENS)),
     ("cu_seqlens_q", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, cu_seqlens_q=CU)),
     ("cu_seqlens_k_new", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, cu_seqlens_k_new=CU)),
     ("rotary_seqlens", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, rotary_seqlens=LENS)),
     ("qv", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, qv=Q)),
-    ("cache_leftpad", lambda: fa3.get_scheduler_metadata(1, 1, 8, 2, 2, 16, LENS, cache_leftpad=LENS)),
 ]
 
 
@@ -211,3 +209,13 @@ def test_torch_autograd_matches_the_flash_attn_interface():
     assert torch.isfinite(dq).all()
     metadata = fa3.get_scheduler_metadata(2, 1, 16, 4, 4, 32, torch.tensor([3, 4], dtype=torch.int32))
     assert metadata.dtype == torch.int32 and metadata.numel() == 0
+
+
+def test_kvcache_leftpad_as_fa3():
+    rng = np.random.default_rng(18)
+    q, cache = randn(rng, 1, 1, 2, 16), randn(rng, 1, 8, 2, 16)
+    pad, lens = np.array([2], np.int32), np.array([6], np.int32)
+    out = fa3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lens, cache_leftpad=pad)
+    exact = flashattn.flash_attn_with_kvcache(q, cache[:, 2:], cache[:, 2:], cache_seqlens=lens - pad)
+    np.testing.assert_allclose(out, exact, atol=1e-6)
+    assert fa3.get_scheduler_metadata(1, 1, 8, 2, 2, 16, lens, cache_leftpad=pad).shape == (0,)
