@@ -142,6 +142,10 @@ struct DropoutArgs {
 
 struct FwdParams : AttnOptions, VarlenArgs, DropoutArgs {
   TensorView q, k, v;
+  TensorView block_table;  // optional int32 (batch, max_blocks_per_seq), varlen only: k and v are
+                           //   paged caches (num_blocks, page_size, heads_k, d); sequence b's keys
+                           //   are its first cu_seqlens_k[b + 1] - cu_seqlens_k[b] (or seqused_k[b])
+                           //   positions, found through row b of the table (vLLM-style serving)
   TensorView out;          // required; dtype of q
   TensorView softmax_lse;  // optional float32 output
   int num_splits = 1;      // split-KV: 1 = off, > 1 = that many, 0 = the library chooses

@@ -95,13 +95,18 @@ class _Call:
                  cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: Any = None,
                  max_seqlen_k: Any = None, seqused_k: Any = None, dropout_p: Any = 0.0, softmax_scale: Any = None,
                  causal: Any = False, window_size: Any = (-1, -1), softcap: Any = 0.0, alibi_slopes: Any = None,
-                 deterministic: Any = False, num_splits: Any = 1) -> None:
+                 deterministic: Any = False, num_splits: Any = 1, block_table: Any = None) -> None:
         self.kind = _args.first_tensor(q, names[0])
         _args.tensor(k, names[1], self.kind)
         _args.tensor(v, names[2], self.kind)
+        self.block_table = _args.last_dim_contiguous(
+            _args.tensor(block_table, "block_table", self.kind, optional=True))
         layout = _VARLEN if varlen else _DENSE
-        for name, x in zip(names, (q, k, v)):
-            _args.ndim(x, name, 3 if varlen else 4, layout)
+        for i, (name, x) in enumerate(zip(names, (q, k, v))):
+            if i > 0 and self.block_table is not None:
+                _args.ndim(x, name, 4, "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
+            else:
+                _args.ndim(x, name, 3 if varlen else 4, layout)
             _args.head_dim(x, name)
         self.varlen = varlen
         if varlen:
@@ -125,11 +130,18 @@ class _Call:
         # As flash_attn: strided last dims are copied (autograd flows through the copy).
         self.q, self.k, self.v = (_args.last_dim_contiguous(x) for x in (q, k, v))
 
+        if self.block_table is not None and self.dropout_p > 0:
+            raise UnsupportedError("argument 'dropout_p': dropout is for training, and a paged k/v (block_table) "
+                                   "has no backward; use dropout_p=0.0", "dropout_p", "unsupported")
+
     def options(self) -> dict:
-        return dict(cu_seqlens_q=self.cu_seqlens_q, cu_seqlens_k=self.cu_seqlens_k, seqused_k=self.seqused_k,
-                    max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k, softmax_scale=self.scale,
-                    causal=self.causal, window_size=self.window, softcap=self.softcap,
-                    alibi_slopes=self.alibi_slopes, dropout_p=self.dropout_p, num_splits=self.num_splits)
+        options = dict(cu_seqlens_q=self.cu_seqlens_q, cu_seqlens_k=self.cu_seqlens_k, seqused_k=self.seqused_k,
+                       max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k, softmax_scale=self.scale,
+                       causal=self.causal, window_size=self.window, softcap=self.softcap,
+                       alibi_slopes=self.alibi_slopes, dropout_p=self.dropout_p, num_splits=self.num_splits)
+        if self.block_table is not None:
+            options["block_table"] = self.block_table
+        return options
 
 
 def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any]:
@@ -139,6 +151,14 @@ def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any
     if call.kind == "torch":
         from . import torch_ops
 
+        if call.block_table is not None:
+            import torch
+
+            if torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, call.k, call.v)):
+                raise UnsupportedError("argument 'block_table': a paged k/v has no backward; call under "
+                                       "torch.no_grad() / torch.inference_mode(), or detach q, k and v",
+                                       "block_table", "unsupported")
+            differentiable = False
         if differentiable:
             out, lse, rng_state = torch_ops.attention(qp, kp, vp, deterministic=call.deterministic, **call.options())
         else:
@@ -342,13 +362,6 @@ def _check_packed(x: Any, name: str, ndim: int, axis: int, count: int, layout: s
     _args.dim(x, name, axis, count, "the number of packed tensors")
 
 
-def _no_paged_varlen(block_table: Any) -> None:
-    if block_table is not None:
-        raise UnsupportedError(
-            "argument 'block_table': a paged KV cache is supported by flash_attn_with_kvcache, "
-            "not yet by the varlen functions", "block_table", "unsupported")
-
-
 _VARLEN_ARGS = """
         cu_seqlens_q: int32 (batch + 1,). Offsets of the sequences in q: sequence b is
             q[cu_seqlens_q[b]:cu_seqlens_q[b + 1]]. Rows past cu_seqlens_q[-1] belong to no
@@ -366,9 +379,9 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, cu_seqlens_q: Array, cu
                            alibi_slopes: Optional[Array] = None, deterministic: bool = False,
                            return_attn_probs: bool = False, block_table: Optional[Array] = None, *,
                            seqused_k: Optional[Array] = None, num_splits: int = 1) -> Any:
-    _no_paged_varlen(block_table)
     return _attention(q, k, v, varlen=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+                      block_table=block_table,
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                       return_attn_probs=return_attn_probs, num_splits=num_splits)
@@ -381,8 +394,11 @@ flash_attn_varlen_func.__doc__ = """Attention over packed sequences of different
         q: (total_q, nheads, headdim), the query sequences one after another.
         k: (total_k, nheads_k, headdim), q's dtype.
         v: (total_k, nheads_k, headdim_v), q's dtype.""" + _VARLEN_ARGS + _COMMON_ARGS + """
-        block_table: not supported yet (a paged cache in the varlen functions); raises
-            UnsupportedError when given.
+        block_table: int32 (batch, max_num_blocks_per_seq), optional: k and v are then paged caches
+            (num_blocks, page_block_size, nheads_k, headdim[_v]) and sequence b's keys are the first
+            cu_seqlens_k[b + 1] - cu_seqlens_k[b] (or seqused_k[b]) positions of the pages in row b,
+            as serving engines call it for mixed prefill and decode batches. Forward only (no
+            backward, no dropout); CPU backend for now (the GPU kernels raise UnsupportedError).
         seqused_k: int32 (batch,), keyword-only. Sequence b uses only its first seqused_k[b] keys.
 """ + _RETURNS.format(out_shape="(total_q, nheads, headdim_v)", lse_shape="(nheads, total_q)")
 
@@ -687,19 +703,20 @@ def _flash_attn_varlen_forward(q: Array, k: Array, v: Array, cu_seqlens_q: Array
         max_seqlen_q, max_seqlen_k: int, the longest sequences.
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
         alibi_slopes, return_softmax: as _flash_attn_forward.
-        block_table, leftpad_k: not supported yet (UnsupportedError when given).
+        block_table: int32 (batch, max_num_blocks_per_seq), optional: k and v are paged, as in
+            flash_attn_varlen_func (no dropout).
+        leftpad_k: not supported yet (UnsupportedError when given).
         seqused_k: int32 (batch,), optional: keys used per sequence.
 
     Returns:
         (out (total_q, nheads, headdim_v), softmax_lse float32 (nheads, total_q), S_dmask, rng_state).
     """
-    _no_paged_varlen(block_table)
     if leftpad_k is not None:
         raise UnsupportedError("argument 'leftpad_k': not supported by flashattn yet", "leftpad_k", "unsupported")
     call = _Call(q, k, v, varlen=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, dropout_p=dropout_p,
                  softmax_scale=softmax_scale, causal=causal, window_size=(window_size_left, window_size_right),
-                 softcap=softcap, alibi_slopes=alibi_slopes)
+                 softcap=softcap, alibi_slopes=alibi_slopes, block_table=block_table)
     return _raw_forward(call, return_softmax)
 
 

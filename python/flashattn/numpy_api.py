@@ -64,7 +64,7 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         max_seqlen_k: int = 0, softmax_scale: Optional[float] = None, causal: bool = False,
         window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Optional[Array] = None,
         dropout_p: float = 0.0, dropout_seed: Optional[int] = None, dropout_offset: int = 0,
-        num_splits: int = 1) -> Tuple[Array, Array, Tuple[int, int]]:
+        num_splits: int = 1, block_table: Optional[Array] = None) -> Tuple[Array, Array, Tuple[int, int]]:
     """Forward attention on the CPU backend, the C++ API's fwd.
 
     Arguments:
@@ -79,6 +79,8 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         dropout_p: float in [0, 1); dropout_seed (None: drawn from numpy's global generator) and
             dropout_offset: the Philox stream of the mask.
         num_splits: int, split-KV chunks (1 = off, 0 = the library chooses).
+        block_table: int32 (batch, max_blocks_per_seq), varlen only: k and v are paged
+            (num_blocks, page_size, heads_k, d[_v]); sequence b's keys are found through row b.
 
     Returns:
         (out, softmax_lse, (dropout_seed, dropout_offset)); pass the last to ``bwd``. lse is
@@ -87,7 +89,7 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
     """
     _check_arrays(q=q, k=k, v=v)
     _check_arrays(optional=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
-                  alibi_slopes=alibi_slopes)
+                  alibi_slopes=alibi_slopes, block_table=block_table)
     out_dtype = q.dtype
     q, k, v = (_last_dim_contiguous(_as_compute(x)) for x in (q, k, v))
     varlen = cu_seqlens_q is not None
@@ -112,7 +114,7 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         softmax_scale=_args.optional_real(softmax_scale, "softmax_scale"), causal=_args.flag(causal, "causal"),
         window_left=window_left, window_right=window_right, softcap=_args.real(softcap, "softcap"),
         alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=seed, dropout_offset=offset,
-        num_splits=_args.integer(num_splits, "num_splits"), backend="cpu"))
+        num_splits=_args.integer(num_splits, "num_splits"), block_table=block_table, backend="cpu"))
     return out.astype(out_dtype, copy=False), lse, (seed, offset)
 
 
@@ -157,7 +159,8 @@ def bwd(dout: Array, q: Array, k: Array, v: Array, out: Array, softmax_lse: Arra
 def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Array] = None,
                 v_new: Optional[Array] = None, cache_seqlens: Optional[Array] = None,
                 cache_batch_idx: Optional[Array] = None, cache_leftpad: Optional[Array] = None,
-                block_table: Optional[Array] = None, rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
+                block_table: Optional[Array] = None, rotary_cos: Optional[Array] = None,
+                rotary_sin: Optional[Array] = None,
                 rotary_interleaved: bool = False, softmax_scale: Optional[float] = None, causal: bool = False,
                 window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
                 alibi_slopes: Optional[Array] = None, num_splits: int = 0) -> Tuple[Array, Array]:

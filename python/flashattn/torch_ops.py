@@ -91,9 +91,10 @@ def _draw_rng_state(dropout_p: float) -> Tensor:
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
         window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-        num_splits: int) -> Tuple[Tensor, Tensor, Tensor]:
+        num_splits: int, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Forward attention: (out, softmax_lse, rng_state). Dense (batch, seqlen, heads, d) or varlen
-    (total, heads, d) with int32 cu_seqlens."""
+    (total, heads, d) with int32 cu_seqlens; with block_table (varlen only) k and v are paged
+    (num_blocks, page_size, heads_k, d)."""
     varlen = cu_seqlens_q is not None
     qc, kc, vc = (_last_dim_contiguous(_compute(x)) for x in (q, k, v))
     if varlen:
@@ -112,13 +113,13 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
             seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
             softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
             softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
-            dropout_offset=offset, num_splits=num_splits, stream=_stream(q)))
+            dropout_offset=offset, num_splits=num_splits, block_table=_dl(block_table), stream=_stream(q)))
     return out.to(q.dtype), lse, rng_state
 
 
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits):
+      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits, block_table=None):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
@@ -258,13 +259,14 @@ def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional
                       cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
                       max_seqlen_k: int, softmax_scale: float, causal: bool, window_size: Tuple[int, int],
                       softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-                      num_splits: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call."""
+                      num_splits: int, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call,
+    and varlen queries over a paged k/v (block_table), which has no backward."""
     with torch.no_grad():
         return torch.ops.flashattn.fwd(
             q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
             int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
-            float(softcap), alibi_slopes, float(dropout_p), int(num_splits))
+            float(softcap), alibi_slopes, float(dropout_p), int(num_splits), block_table)
 
 
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) -> Tuple[Tensor, Tensor]:

@@ -200,13 +200,14 @@ StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const Out
                  const OutArray& softmax_lse, const InArray& cu_seqlens_q, const InArray& cu_seqlens_k,
                  const InArray& seqused_k, int max_seqlen_q, int max_seqlen_k, std::optional<float> softmax_scale,
                  bool causal, int window_left, int window_right, float softcap, const InArray& alibi_slopes,
-                 float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, int num_splits, uintptr_t stream,
-                 const std::string& backend) {
+                 float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, int num_splits,
+                 const InArray& block_table, uintptr_t stream, const std::string& backend) {
   return run_entry([&]() -> StatusResult {
     flashattn::FwdParams p;
     p.q = to_view(q, "q");
     p.k = to_view(k, "k");
     p.v = to_view(v, "v");
+    p.block_table = to_view(block_table, "block_table");
     p.out = to_view(out, "out");
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
     fill_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, &p);
@@ -332,8 +333,8 @@ NB_MODULE(_ext, m) {
         "cu_seqlens_q"_a.none() = none, "cu_seqlens_k"_a.none() = none, "seqused_k"_a.none() = none,
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "softmax_scale"_a.none() = none, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "alibi_slopes"_a.none() = none,
-        "dropout_p"_a = 0.f, "dropout_seed"_a = 0, "dropout_offset"_a = 0, "num_splits"_a = 1, "stream"_a = 0,
-        "backend"_a = "auto");
+        "dropout_p"_a = 0.f, "dropout_seed"_a = 0, "dropout_offset"_a = 0, "num_splits"_a = 1,
+        "block_table"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
   m.def("bwd", &bwd, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "softmax_lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "cu_seqlens_q"_a.none() = none, "cu_seqlens_k"_a.none() = none,
         "seqused_k"_a.none() = none, "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,

@@ -99,6 +99,15 @@ RowsView varlen_rows(const TensorView& t, const TensorView& cu_seqlens) {
   return rows;
 }
 
+// (num_blocks, page_size, heads, dim) pages, sequence b's page p at block_table[b][p].
+RowsView paged_rows(const TensorView& t, const TensorView& block_table) {
+  RowsView rows = dense_rows(t);  // batch_stride is the page stride; rows within a page use row_stride
+  rows.block_table = int_pointer(block_table);
+  rows.block_table_stride = block_table.stride[0];
+  rows.page_size = t.shape[1];
+  return rows;
+}
+
 // (batch, heads, seqlen) dense, or (heads, total) with cu_seqlens.
 LseView lse_view(const TensorView& t, const TensorView& cu_seqlens_q) {
   LseView lse;
@@ -149,6 +158,7 @@ struct AttentionArgs {
   const TensorView& v;
   const TensorView& out;
   const TensorView& lse;
+  const TensorView& block_table;  // forward only: a paged k/v under varlen queries
   bool lse_required;
   bool allow_f32_outputs;
 };
@@ -159,6 +169,8 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   const TensorView &q = a.q, &k = a.k, &v = a.v, &out = a.out, &lse = a.lse;
   const TensorView &cu_q = a.varlen.cu_seqlens_q, &cu_k = a.varlen.cu_seqlens_k, &seqused = a.varlen.seqused_k;
   const TensorView& alibi = a.options.alibi_slopes;
+  const TensorView& table = a.block_table;
+  const bool paged = table.defined();
 
   // Presence.
   FA_CHECK(check_defined(q, "q"));
@@ -168,27 +180,34 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   if (a.lse_required) FA_CHECK(check_defined(lse, "softmax_lse"));
   FA_CHECK(check_paired(cu_q, "cu_seqlens_q", cu_k, "cu_seqlens_k"));
   const bool varlen = cu_q.defined();
+  if (paged) FA_CHECK(check_paged_needs_varlen(varlen));
 
   // Placement and dtypes.
   FA_CHECK(check_all_same_device({{k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"}, {alibi, "alibi_slopes"},
-                                  {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}},
+                                  {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"},
+                                  {table, "block_table"}},
                                  q, "q"));
   FA_CHECK(check_attention_dtype(q, "q"));
   FA_CHECK(check_dtype_matches(k, "k", q.dtype, "q"));
   FA_CHECK(check_dtype_matches(v, "v", q.dtype, "q"));
   FA_CHECK(check_output_dtype(out, "out", q.dtype, a.allow_f32_outputs));
   FA_CHECK(check_all_dtype({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}}, DType::F32));
-  FA_CHECK(check_all_dtype({{cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}}, DType::I32));
+  FA_CHECK(check_all_dtype(
+      {{cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}, {table, "block_table"}}, DType::I32));
 
-  // Ranks: 4 dense, 3 varlen (rows of all sequences packed).
-  const int rank = varlen ? 3 : 4;
+  // Ranks: 4 dense, 3 varlen (rows of all sequences packed); a paged k/v is 4 (pages of rows).
+  const int rank = varlen ? 3 : 4, rank_k = paged ? 4 : rank;
   FA_CHECK(check_ndim(q, "q", rank,
                       varlen ? "(total_q, heads_q, head_dim) with cu_seqlens" : "(batch, seqlen_q, heads_q, head_dim)"));
-  FA_CHECK(check_ndim(k, "k", rank,
-                      varlen ? "(total_k, heads_k, head_dim) with cu_seqlens" : "(batch, seqlen_k, heads_k, head_dim)"));
-  FA_CHECK(check_ndim(v, "v", rank,
-                      varlen ? "(total_k, heads_k, head_dim_v) with cu_seqlens"
-                             : "(batch, seqlen_k, heads_k, head_dim_v)"));
+  FA_CHECK(check_ndim(k, "k", rank_k,
+                      paged    ? "(num_blocks, page_size, heads_k, head_dim) with block_table"
+                      : varlen ? "(total_k, heads_k, head_dim) with cu_seqlens"
+                               : "(batch, seqlen_k, heads_k, head_dim)"));
+  FA_CHECK(check_ndim(v, "v", rank_k,
+                      paged    ? "(num_blocks, page_size, heads_k, head_dim_v) with block_table"
+                      : varlen ? "(total_k, heads_k, head_dim_v) with cu_seqlens"
+                               : "(batch, seqlen_k, heads_k, head_dim_v)"));
+  if (paged) FA_CHECK(check_ndim(table, "block_table", 2, "(batch, max_blocks_per_seq)"));
   FA_CHECK(check_ndim(out, "out", rank,
                       varlen ? "(total_q, heads_q, head_dim_v) with cu_seqlens"
                              : "(batch, seqlen_q, heads_q, head_dim_v)"));
@@ -204,17 +223,29 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
 
   // Sizes and their consistency across tensors.
   const int64_t batch = varlen ? cu_q.shape[0] - 1 : q.shape[0];
-  const int64_t rows_q = q.shape[rank - 3], rows_k = k.shape[rank - 3];  // seqlen (dense) or total (varlen)
-  const int64_t heads_q = q.shape[rank - 2], heads_k = k.shape[rank - 2];
-  const int64_t head_dim = q.shape[rank - 1], head_dim_v = v.shape[rank - 1];
+  // seqlen (dense) or total (varlen); a paged k/v holds max_blocks_per_seq * page_size per sequence
+  const int64_t rows_q = q.shape[rank - 3];
+  const int64_t rows_k = paged ? table.shape[1] * k.shape[1] : k.shape[rank_k - 3];
+  const int64_t heads_q = q.shape[rank - 2], heads_k = k.shape[rank_k - 2];
+  const int64_t head_dim = q.shape[rank - 1], head_dim_v = v.shape[rank_k - 1];
   FA_CHECK(check_heads_positive(heads_q, "q", "heads_q"));
   FA_CHECK(check_heads_positive(heads_k, "k", "heads_k"));
   FA_CHECK(check_gqa(heads_q, heads_k, "k"));
   FA_CHECK(check_head_dim(head_dim, "q", "head_dim"));
   FA_CHECK(check_head_dim(head_dim_v, "v", "head_dim_v"));
-  if (varlen) {
+  if (paged) {
+    FA_CHECK(check_page_size(k.shape[1], "k"));
+    FA_CHECK(check_dim(k, "k", 3, {head_dim, "the head_dim of q"}));
+    FA_CHECK(check_shape(v, "v",
+                         {{k.shape[0], "dim 0 of k"}, {k.shape[1], "dim 1 of k"}, {heads_k, "heads_k of k"},
+                          {head_dim_v, "head_dim_v"}}));
+    FA_CHECK(check_dim(table, "block_table", 0, {batch, "the batch (len(cu_seqlens_q) - 1)"}));
+    FA_CHECK(check_cache_capacity(rows_k, "block_table", "max_blocks_per_seq * page_size"));
+  } else if (varlen) {
     FA_CHECK(check_dim(k, "k", 2, {head_dim, "the head_dim of q"}));
     FA_CHECK(check_shape(v, "v", {{rows_k, "the total_k of k"}, {heads_k, "heads_k of k"}, {head_dim_v, "head_dim_v"}}));
+  }
+  if (varlen) {
     FA_CHECK(check_shape(out, "out",
                          {{rows_q, "the total_q of q"}, {heads_q, "heads_q of q"}, {head_dim_v, "the head_dim_v of v"}}));
     if (lse.defined())
@@ -237,18 +268,19 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   if (alibi.defined()) FA_CHECK(check_alibi_shape(alibi, batch, heads_q));
   FA_CHECK(check_all_dims_fit_int32({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"},
                                      {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"},
-                                     {alibi, "alibi_slopes"}}));
+                                     {alibi, "alibi_slopes"}, {table, "block_table"}}));
 
   // Memory layout.
-  FA_CHECK(check_all_last_dim_contiguous(
-      {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"}, {alibi, "alibi_slopes"}}));
+  FA_CHECK(check_all_last_dim_contiguous({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"},
+                                          {alibi, "alibi_slopes"}, {table, "block_table"}}));
   FA_CHECK(check_all_contiguous({{cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}}));
   FA_CHECK(check_all_aligned({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}}, Alignment::Vectorized));
   FA_CHECK(check_all_aligned({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}, {cu_q, "cu_seqlens_q"},
-                              {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}},
+                              {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}, {table, "block_table"}},
                              Alignment::Element));
   FA_CHECK(check_all_data({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"}, {alibi, "alibi_slopes"},
-                           {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}}));
+                           {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"},
+                           {table, "block_table"}}));
 
   // Sequence lengths (contents of host tensors only).
   SeqLens lens;
@@ -257,11 +289,14 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   lens.cu_seqlens_q = varlen ? int_pointer(cu_q) : nullptr;
   lens.total_q = varlen ? rows_q : batch * rows_q;
   lens.cu_seqlens_k = varlen ? int_pointer(cu_k) : nullptr;
-  lens.total_k = varlen ? rows_k : batch * rows_k;
+  lens.total_k = paged ? 0 : varlen ? rows_k : batch * rows_k;
   lens.seqused_k = int_pointer(seqused);
   if (varlen) {
     FA_CHECK(check_cu_seqlens_contents(cu_q, "cu_seqlens_q", batch, rows_q, "rows of q (total_q)"));
-    FA_CHECK(check_cu_seqlens_contents(cu_k, "cu_seqlens_k", batch, rows_k, "rows of k (total_k)"));
+    if (paged)
+      FA_CHECK(check_paged_seqlens_contents(cu_k, batch, rows_k));
+    else
+      FA_CHECK(check_cu_seqlens_contents(cu_k, "cu_seqlens_k", batch, rows_k, "rows of k (total_k)"));
   }
   if (seqused.defined())
     FA_CHECK(check_seqused_contents(seqused, "seqused_k", batch, varlen ? int_pointer(cu_k) : nullptr, rows_k));
@@ -287,6 +322,12 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
       lens.seqlen_q = max_q;
       lens.seqlen_k = max_k;
     }
+    if (paged) FA_CHECK(check_paged_max_seqlen(max_k, rows_k));
+  }
+  if (paged && table.device == DeviceType::Cpu) {
+    std::vector<PositionRange> used(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) used[size_t(b)] = {0, lens.k(b)};
+    FA_CHECK(check_block_table_contents(table, k.shape[0], k.shape[1], used, "k"));
   }
 
   FA_CHECK(check_options(a.options));
@@ -301,8 +342,8 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   p.head_dim = head_dim;
   p.head_dim_v = head_dim_v;
   p.q = varlen ? varlen_rows(q, cu_q) : dense_rows(q);
-  p.k = varlen ? varlen_rows(k, cu_k) : dense_rows(k);
-  p.v = varlen ? varlen_rows(v, cu_k) : dense_rows(v);
+  p.k = paged ? paged_rows(k, table) : varlen ? varlen_rows(k, cu_k) : dense_rows(k);
+  p.v = paged ? paged_rows(v, table) : varlen ? varlen_rows(v, cu_k) : dense_rows(v);
   p.out = varlen ? varlen_rows(out, cu_q) : dense_rows(out);
   p.lse = lse_view(lse, varlen ? cu_q : TensorView{});
   p.lens = lens;
@@ -329,14 +370,15 @@ Status make_fwd_problem(const FwdParams& params, AttnProblem* problem, ProblemOp
                             {params.alibi_slopes, "alibi_slopes"},
                             {params.cu_seqlens_q, "cu_seqlens_q"},
                             {params.cu_seqlens_k, "cu_seqlens_k"},
-                            {params.seqused_k, "seqused_k"}};
+                            {params.seqused_k, "seqused_k"},
+                            {params.block_table, "block_table"}};
   const NamedList outputs = {{params.out, "out"}, {params.softmax_lse, "softmax_lse"}};
   FA_CHECK(check_all_well_formed(inputs));
   FA_CHECK(check_all_well_formed(outputs));
 
   AttnProblem built;
   FA_CHECK(build_attention({params, params, params, params.q, params.k, params.v, params.out, params.softmax_lse,
-                            /*lse_required=*/false, options.allow_f32_outputs},
+                            params.block_table, /*lse_required=*/false, options.allow_f32_outputs},
                            &built));
   FA_CHECK(check_num_splits(params.num_splits));
   FA_CHECK(check_outputs_disjoint(outputs, inputs));
@@ -364,8 +406,9 @@ Status make_bwd_problem(const BwdParams& params, BwdProblem* problem, ProblemOpt
   FA_CHECK(check_all_well_formed(outputs));
 
   BwdProblem built;
+  const TensorView not_paged;  // the backward takes no paged k/v
   FA_CHECK(build_attention({params, params, params, params.q, params.k, params.v, params.out, params.softmax_lse,
-                            /*lse_required=*/true, options.allow_f32_outputs},
+                            not_paged, /*lse_required=*/true, options.allow_f32_outputs},
                            &built.fwd));
   const bool varlen = params.cu_seqlens_q.defined();
   FA_CHECK(check_defined(dout, "dout"));
@@ -547,9 +590,13 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     FA_CHECK(check_cache_batch_idx_contents(batch_idx, batch, k_cache.shape[0], /*must_be_distinct=*/appends));
   const int32_t* leftpads = int_pointer(leftpad);
   if (leftpad.defined()) FA_CHECK(check_cache_leftpad_contents(leftpad, batch, seqlens, capacity));
-  if (paged) {
-    FA_CHECK(check_block_table_contents(block_table, batch, k_cache.shape[0], k_cache.shape[1], seqlens, seqlen_new,
-                                        leftpad.device == DeviceType::Cpu ? leftpads : nullptr));
+  if (paged && block_table.device == DeviceType::Cpu) {
+    std::vector<PositionRange> used(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t end = seqlens != nullptr ? int64_t(seqlens[b]) + seqlen_new : capacity;
+      used[size_t(b)] = {leftpads != nullptr ? std::min<int64_t>(leftpads[b], end) : 0, end};
+    }
+    FA_CHECK(check_block_table_contents(block_table, k_cache.shape[0], k_cache.shape[1], used, "k_cache"));
     if (appends) FA_CHECK(check_block_table_writes(block_table, batch, k_cache.shape[1], seqlens, seqlen_new));
   }
   // Rotary positions of q: one per row with a causal or local mask, else all at the first new one.

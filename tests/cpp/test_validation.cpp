@@ -690,6 +690,79 @@ TEST_F(VarlenRules, DeviceCuSeqlensNeedMaxSeqlen) {
   EXPECT_EQ(problem.lens.seqlen_q, 3);
 }
 
+// Varlen queries over a paged k/v: 5 pages of 2 slots, 2 pages per sequence (capacity 4).
+class PagedVarlenRules : public VarlenRules {
+ protected:
+  PagedVarlenRules() {
+    p.k = k_pages.view();
+    p.v = v_pages.view();
+    p.block_table = table.view();
+  }
+  HostTensor k_pages{DType::BF16, {5, 2, 2, 16}}, v_pages{DType::BF16, {5, 2, 2, 16}};
+  HostTensor table = [] {
+    HostTensor t(DType::I32, {3, 2});
+    const int32_t pages[] = {4, 1, 0, -1, 2, -1};  // sequence 1 (1 key) and 2 (2 keys): one page
+    std::memcpy(t.data(), pages, sizeof(pages));
+    return t;
+  }();
+};
+
+TEST_F(PagedVarlenRules, RowsGoThroughTheTable) {
+  ASSERT_TRUE(build().ok());
+  EXPECT_EQ(problem.k.block_table, table.data());
+  EXPECT_EQ(problem.k.cu_seqlens, nullptr);
+  EXPECT_EQ(problem.v.page_size, 2);
+  EXPECT_EQ(problem.lens.k(0), 4);
+  EXPECT_EQ(problem.lens.total_k, 0);
+  // Sequence 0, key 3: page 1 -> block 1, slot 1 (page stride 64, row stride 32, head 16).
+  EXPECT_EQ(problem.k.offset(0, 3, 1), 1 * 64 + 1 * 32 + 16);
+  EXPECT_EQ(problem.q.cu_seqlens, cu_q.data());  // queries stay varlen
+}
+
+TEST_F(PagedVarlenRules, NeedsVarlen) {
+  HostTensor q4(DType::BF16, {3, 2, 4, 16}), out4(DType::BF16, {3, 2, 4, 16}), lse3(DType::F32, {3, 4, 2});
+  p.q = q4.view();
+  p.out = out4.view();
+  p.softmax_lse = lse3.view();
+  p.cu_seqlens_q = {};
+  p.cu_seqlens_k = {};
+  EXPECT_INVALID(build(), "block_table", "a paged k/v in fwd needs the varlen layout");
+}
+
+TEST_F(PagedVarlenRules, PagedShapes) {
+  p.k = TensorView::contiguous(k_pages.data(), DType::BF16, {10, 2, 16});
+  EXPECT_INVALID(build(), "k", "ndim must be 4 (num_blocks, page_size, heads_k, head_dim) with block_table");
+  p.k = k_pages.view();
+  HostTensor v_short(DType::BF16, {4, 2, 2, 16});
+  p.v = v_short.view();
+  EXPECT_INVALID(build(), "v", "dim 0 must equal dim 0 of k (5), got 4");
+  p.v = v_pages.view();
+  HostTensor two_rows(DType::I32, {2, 2});
+  p.block_table = two_rows.view();
+  EXPECT_INVALID(build(), "block_table", "dim 0 must equal the batch (len(cu_seqlens_q) - 1) (3), got 2");
+  p.block_table = table.view();
+  p.block_table.dtype = DType::F32;
+  EXPECT_INVALID(build(), "block_table", "dtype must be int32");
+}
+
+TEST_F(PagedVarlenRules, SequencesFitTheirTableRow) {
+  cu_k.as<int32_t>()[1] = 5;  // sequence 0: 5 keys, a row holds 4
+  EXPECT_INVALID(build(), "cu_seqlens_k", "no sequence may have more keys than a block_table row holds");
+  cu_k.as<int32_t>()[1] = 4;
+  p.max_seqlen_k = 5;
+  EXPECT_INVALID(build(), "max_seqlen_k", "must be <= what a block_table row holds");
+}
+
+TEST_F(PagedVarlenRules, PagesInUseNameBlocks) {
+  table.as<int32_t>()[1] = 5;  // sequence 0's second page: past the 5 blocks
+  EXPECT_INVALID(build(), "block_table", "entries for the pages in use must be in [0, num_blocks of k (5))");
+  table.as<int32_t>()[1] = 3;
+  HostTensor used = int_tensor({2, 1, 2});  // seqused_k: sequence 0 reads only its first page
+  p.seqused_k = used.view();
+  table.as<int32_t>()[1] = -1;
+  EXPECT_OK(build());
+}
+
 // ---------------------------------------------------------------------------------------------
 // CUDA views: alignment rules and backend choice (fake pointers, never dereferenced).
 // ---------------------------------------------------------------------------------------------

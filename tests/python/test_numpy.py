@@ -273,11 +273,53 @@ def test_varlen_dropout_probs():
     assert max_abs_diff(out, exact) < 1e-5
 
 
-def test_paged_varlen_is_refused_with_a_message():
+def _page_table(rng, cu_k, page, spare=2):
+    """A table of shuffled blocks, -1 past each sequence's last page."""
+    lens = np.diff(cu_k)
+    pages_per_seq = max(1, -(-int(lens.max()) // page))
+    blocks = rng.permutation(len(lens) * pages_per_seq + spare).astype(np.int32).reshape(-1)
+    table = blocks[:len(lens) * pages_per_seq].reshape(len(lens), pages_per_seq).copy()
+    table[np.arange(pages_per_seq)[None, :] * page >= lens[:, None]] = -1
+    return table, len(blocks)
+
+
+def _paged(x, cu_k, page, table, num_blocks):
+    """x (total_k, ...) scattered over the table's pages of `page` slots; NaN in every other slot."""
+    pages = np.full((num_blocks, page) + x.shape[1:], np.nan, x.dtype)
+    for b in range(len(cu_k) - 1):
+        for j in range(int(cu_k[b + 1] - cu_k[b])):
+            pages[table[b, j // page], j % page] = x[cu_k[b] + j]
+    return pages
+
+
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_paged_varlen_equals_packed(page):
+    """vLLM-style serving: decode rows, a prefill and a chunked prefill in one varlen batch over a
+    paged cache give what the same batch gives with packed k/v."""
     rng = np.random.default_rng(12)
-    q, k, v, cu_q, cu_k = _varlen_case(rng, [2], [2])
-    with pytest.raises(flashattn.UnsupportedError, match="block_table"):
-        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2, 2, block_table=np.zeros((1, 1), np.int32))
+    q, k, v, cu_q, cu_k = _varlen_case(rng, [1, 9, 4, 1], [70, 9, 33, 1])
+    table, blocks = _page_table(rng, cu_k, page)
+    k_pages, v_pages = _paged(k, cu_k, page, table, blocks), _paged(v, cu_k, page, table, blocks)
+    out, lse, _ = flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 9, 70, causal=True,
+                                         return_attn_probs=True, block_table=table)
+    expected, expected_lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 70, causal=True,
+                                                       return_attn_probs=True)
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    np.testing.assert_allclose(lse, expected_lse, atol=1e-6)
+
+
+def test_paged_varlen_refuses_dropout_and_bad_tables():
+    rng = np.random.default_rng(19)
+    q, k, v, cu_q, cu_k = _varlen_case(rng, [2], [5])
+    table, blocks = _page_table(rng, cu_k, 4)
+    k_pages = _paged(k, cu_k, 4, table, blocks)
+    with pytest.raises(flashattn.UnsupportedError, match="argument 'dropout_p'"):
+        flash_attn_varlen_func(q, k_pages, k_pages, cu_q, cu_k, 2, 5, dropout_p=0.1, block_table=table)
+    table[0, 1] = 99
+    with pytest.raises(ValueError, match=r"argument 'block_table': entries for the pages in use"):
+        flash_attn_varlen_func(q, k_pages, k_pages, cu_q, cu_k, 2, 5, block_table=table)
+    with pytest.raises(ValueError, match=r"argument 'k': ndim must be 4 \(num_blocks, page_block_size"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2, 5, block_table=table)
 
 
 # ---------------------------------------------------------------------------------------------
