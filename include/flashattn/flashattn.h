@@ -159,7 +159,10 @@ struct BwdParams : AttnOptions, VarlenArgs, DropoutArgs {
 };
 
 struct KvCacheParams : AttnOptions {
-  TensorView q;                  // (batch, seqlen_q, heads_q, head_dim)
+  TensorView q;                  // (batch, seqlen_q, heads_q, head_dim), or with cu_seqlens_q
+                                 //   (total_q, heads_q, head_dim)
+  TensorView cu_seqlens_q;       // optional int32 (batch + 1): varlen queries (as FlashAttention-3)
+  int max_seqlen_q = 0;          //   their longest sequence; 0 = derived (host cu_seqlens_q only)
   TensorView k_cache, v_cache;   // (batch_cache, seqlen_cache, heads_k, d) or paged
                                  //   (num_blocks, page_size, heads_k, d) with block_table
   TensorView k_new, v_new;       // optional (batch, seqlen_new, heads_k, d): appended in place at
@@ -179,8 +182,9 @@ struct KvCacheParams : AttnOptions {
                                  //   that is appended into gives undefined results there.
   TensorView rotary_cos, rotary_sin;  // optional (seqlen_ro, rotary_dim / 2), dtype of q
   bool rotary_interleaved = false;    // true: GPT-J pairs (0,1),(2,3)...; false: NeoX halves
-  TensorView out;                // required (batch, seqlen_q, heads_q, head_dim_v)
-  TensorView softmax_lse;        // optional float32 (batch, heads_q, seqlen_q)
+  TensorView out;                // required (batch, seqlen_q, heads_q, head_dim_v), varlen
+                                 //   (total_q, heads_q, head_dim_v)
+  TensorView softmax_lse;        // optional float32 (batch, heads_q, seqlen_q), varlen (heads_q, total_q)
   int num_splits = 0;            // 0 = the library chooses
 };
 

@@ -455,10 +455,13 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
              rotary_cos: Any, rotary_sin: Any, cache_seqlens: Any, cache_batch_idx: Any, cache_leftpad: Any,
              block_table: Any,
              softmax_scale: Any, causal: Any, window_size: Any, softcap: Any, rotary_interleaved: Any,
-             alibi_slopes: Any, num_splits: Any, block_table_name: str = "block_table") -> Tuple[Array, Array]:
+             alibi_slopes: Any, num_splits: Any, block_table_name: str = "block_table", cu_seqlens_q: Any = None,
+             max_seqlen_q: Any = None) -> Tuple[Array, Array]:
     """(out, softmax_lse) of a checked KV-cache call; appends k/v into the caches in place."""
     kind = _args.first_tensor(q, "q")
-    _args.ndim(q, "q", 4, _DENSE)
+    varlen = _args.tensor(cu_seqlens_q, "cu_seqlens_q", kind, optional=True) is not None
+    _args.ndim(q, "q", 3 if varlen else 4, _VARLEN if varlen else _DENSE)
+    batch = int(cu_seqlens_q.shape[0]) - 1 if varlen else int(q.shape[0])
     head_dim = _args.head_dim(q, "q")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         _args.tensor(x, name, kind)
@@ -481,18 +484,19 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
         if kind == "torch":
             import torch
 
-            cache_seqlens = torch.full((q.shape[0],), length, dtype=torch.int32, device=q.device)
+            cache_seqlens = torch.full((max(batch, 0),), length, dtype=torch.int32, device=q.device)
         else:
             import numpy as np
 
-            cache_seqlens = np.full((q.shape[0],), length, dtype=np.int32)
+            cache_seqlens = np.full((max(batch, 0),), length, dtype=np.int32)
     else:
         _args.tensor(cache_seqlens, "cache_seqlens", kind, optional=True)
     head_dim_v = int(v_cache.shape[-1])
     # As flash_attn: strided last dims of everything but the caches (written in place) are copied.
-    q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes = (
-        _args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                                               cache_leftpad, block_table, alibi_slopes))
+    (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
+     cu_seqlens_q) = (_args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                                            cache_batch_idx, cache_leftpad, block_table,
+                                                            alibi_slopes, cu_seqlens_q))
     options = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                    block_table=block_table,
                    rotary_cos=rotary_cos, rotary_sin=rotary_sin,
@@ -500,14 +504,17 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
                    softmax_scale=_default_scale(softmax_scale, head_dim), causal=_args.flag(causal, "causal"),
                    window_size=_args.window(window_size), softcap=_args.real(softcap, "softcap"),
                    alibi_slopes=alibi_slopes,
-                   num_splits=_args.integer(num_splits, "num_splits", rule="must be >= 0 (0 = the library chooses)"))
+                   num_splits=_args.integer(num_splits, "num_splits", rule="must be >= 0 (0 = the library chooses)"),
+                   cu_seqlens_q=cu_seqlens_q,
+                   max_seqlen_q=_args.optional_integer(max_seqlen_q, "max_seqlen_q", 0,
+                                                       rule="must be >= 0 (0 derives it from cu_seqlens_q)") or 0)
     if kind == "numpy" and k is not None:
         for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             if not cache.flags.writeable:
                 raise _args.value_error(name, "must be writable when k/v are appended into it", "a read-only array")
     # Odd head dims: the library works on zero-padded copies; appended keys are copied back below.
     k_cache_p, v_cache_p = _pad_head_dim(k_cache, "k_cache"), _pad_head_dim(v_cache, "v_cache")
-    options.update(k_new=_pad_head_dim(k, "k"), v_new=_pad_head_dim(v, "v"))
+    options["k_new"], options["v_new"] = _pad_head_dim(k, "k"), _pad_head_dim(v, "v")  # no dict.update: dynamo
     qp = _pad_head_dim(q, "q")
     if kind == "torch":
         from . import torch_ops

@@ -251,11 +251,13 @@ StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray
                          const InArray& rotary_cos,
                          const InArray& rotary_sin, bool rotary_interleaved, const OutArray& softmax_lse,
                          std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
-                         float softcap, const InArray& alibi_slopes, int num_splits, uintptr_t stream,
-                         const std::string& backend) {
+                         float softcap, const InArray& alibi_slopes, int num_splits, const InArray& cu_seqlens_q,
+                         int max_seqlen_q, uintptr_t stream, const std::string& backend) {
   return run_entry([&]() -> StatusResult {
     flashattn::KvCacheParams p;
     p.q = to_view(q, "q");
+    p.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
+    p.max_seqlen_q = max_seqlen_q;
     p.k_cache = to_view(k_cache, "k_cache");
     p.v_cache = to_view(v_cache, "v_cache");
     p.out = to_view(out, "out");
@@ -347,8 +349,8 @@ NB_MODULE(_ext, m) {
         "rotary_cos"_a.none() = none,
         "rotary_sin"_a.none() = none, "rotary_interleaved"_a = false, "softmax_lse"_a.none() = none,
         "softmax_scale"_a.none() = none, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-        "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "stream"_a = 0,
-        "backend"_a = "auto");
+        "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "cu_seqlens_q"_a.none() = none,
+        "max_seqlen_q"_a = 0, "stream"_a = 0, "backend"_a = "auto");
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, nb::kw_only(),
         "softmax_lse"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
   m.def("dropout_mask", &dropout_mask, "mask"_a, "dropout_p"_a, "dropout_seed"_a, "dropout_offset"_a);

@@ -725,12 +725,13 @@ Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim) {
 }
 
 Status check_rotary_length(int64_t seqlen_ro, int64_t batch, const int32_t* cache_seqlens, int64_t seqlen_new,
-                           int64_t seqlen_q, bool q_per_row) {
+                           int64_t seqlen_q, const int32_t* cu_seqlens_q, bool q_per_row) {
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t first = cache_seqlens != nullptr ? int64_t(cache_seqlens[b]) : 0;
+    const int64_t rows = cu_seqlens_q != nullptr ? int64_t(cu_seqlens_q[b + 1]) - cu_seqlens_q[b] : seqlen_q;
     int64_t needed = 0;  // one past the largest position sequence b rotates
     if (seqlen_new > 0) needed = std::max(needed, first + seqlen_new);
-    if (seqlen_q > 0) needed = std::max(needed, first + (q_per_row ? seqlen_q : 1));
+    if (rows > 0) needed = std::max(needed, first + (q_per_row ? rows : 1));
     if (seqlen_ro < needed)
       return invalid_argument("rotary_cos",
                               "seqlen_ro (dim 0) must cover every rotated position (sequence " + std::to_string(b) +

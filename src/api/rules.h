@@ -195,8 +195,9 @@ Status check_block_table_writes(const TensorView& block_table, int64_t batch, in
                                 const int32_t* cache_seqlens, int64_t seqlen_new);
 Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim);  // in [2, head_dim], even
 // The table covers every position used: cache_seqlens[b] + seqlen_new keys, and q's positions.
+// q's rows: seqlen_q each, or cu_seqlens_q's (host) lengths when given.
 Status check_rotary_length(int64_t seqlen_ro, int64_t batch, const int32_t* cache_seqlens,
-                           int64_t seqlen_new, int64_t seqlen_q, bool q_per_row);
+                           int64_t seqlen_new, int64_t seqlen_q, const int32_t* cu_seqlens_q, bool q_per_row);
 Status check_splits(int64_t splits, std::string_view name);  // combine: >= 1
 
 }  // namespace flashattn::api

@@ -452,8 +452,9 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   const TensorView &cache_seqlens = params.cache_seqlens, &batch_idx = params.cache_batch_idx;
   const TensorView& leftpad = params.cache_leftpad;
   const TensorView &block_table = params.block_table, &cos = params.rotary_cos, &sin = params.rotary_sin;
-  const TensorView& alibi = params.alibi_slopes;
+  const TensorView &alibi = params.alibi_slopes, &cu_q = params.cu_seqlens_q;
   const NamedList all = {{q, "q"},
+                         {cu_q, "cu_seqlens_q"},
                          {k_cache, "k_cache"},
                          {v_cache, "v_cache"},
                          {k_new, "k_new"},
@@ -479,12 +480,14 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   FA_CHECK(check_required_with(cache_seqlens, "cache_seqlens", k_new, "k_new"));
   FA_CHECK(check_absent_with(batch_idx, "cache_batch_idx", block_table, "block_table"));
   const bool paged = block_table.defined(), appends = k_new.defined(), rotary = cos.defined();
+  const bool varlen = cu_q.defined();
 
   // Placement and dtypes.
   FA_CHECK(check_all_same_device({{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
                                   {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
                                   {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
-                                  {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {out, "out"}, {lse, "softmax_lse"}},
+                                  {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {out, "out"}, {lse, "softmax_lse"},
+                                  {cu_q, "cu_seqlens_q"}},
                                  q, "q"));
   FA_CHECK(check_attention_dtype(q, "q"));
   for (const Named& n : NamedList{{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
@@ -493,11 +496,17 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   FA_CHECK(check_output_dtype(out, "out", q.dtype, options.allow_f32_outputs));
   FA_CHECK(check_all_dtype({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}}, DType::F32));
   FA_CHECK(check_all_dtype({{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                            {leftpad, "cache_leftpad"}, {block_table, "block_table"}},
+                            {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cu_q, "cu_seqlens_q"}},
                            DType::I32));
 
-  // Ranks.
-  FA_CHECK(check_ndim(q, "q", 4, "(batch, seqlen_q, heads_q, head_dim)"));
+  // Ranks: q, out and softmax_lse lose their batch dimension with cu_seqlens_q.
+  const int rank_q = varlen ? 3 : 4;
+  FA_CHECK(check_ndim(q, "q", rank_q,
+                      varlen ? "(total_q, heads_q, head_dim) with cu_seqlens_q" : "(batch, seqlen_q, heads_q, head_dim)"));
+  if (varlen) {
+    FA_CHECK(check_ndim(cu_q, "cu_seqlens_q", 1, "(batch + 1)"));
+    FA_CHECK(check_cu_seqlens_length(cu_q, "cu_seqlens_q"));
+  }
   const char* cache_layout =
       paged ? "(num_blocks, page_size, heads_k, head_dim) with block_table" : "(batch_cache, seqlen_cache, heads_k, head_dim)";
   FA_CHECK(check_ndim(k_cache, "k_cache", 4, cache_layout));
@@ -506,8 +515,11 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     FA_CHECK(check_ndim(k_new, "k_new", 4, "(batch, seqlen_new, heads_k, head_dim)"));
     FA_CHECK(check_ndim(v_new, "v_new", 4, "(batch, seqlen_new, heads_k, head_dim_v)"));
   }
-  FA_CHECK(check_ndim(out, "out", 4, "(batch, seqlen_q, heads_q, head_dim_v)"));
-  if (lse.defined()) FA_CHECK(check_ndim(lse, "softmax_lse", 3, "(batch, heads_q, seqlen_q)"));
+  FA_CHECK(check_ndim(out, "out", rank_q,
+                      varlen ? "(total_q, heads_q, head_dim_v) with cu_seqlens_q" : "(batch, seqlen_q, heads_q, head_dim_v)"));
+  if (lse.defined())
+    FA_CHECK(check_ndim(lse, "softmax_lse", rank_q - 1,
+                        varlen ? "(heads_q, total_q) with cu_seqlens_q" : "(batch, heads_q, seqlen_q)"));
   if (cache_seqlens.defined()) FA_CHECK(check_ndim(cache_seqlens, "cache_seqlens", 1, "(batch)"));
   if (batch_idx.defined()) FA_CHECK(check_ndim(batch_idx, "cache_batch_idx", 1, "(batch)"));
   if (leftpad.defined()) FA_CHECK(check_ndim(leftpad, "cache_leftpad", 1, "(batch)"));
@@ -518,7 +530,9 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   }
 
   // Sizes.
-  const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads_q = q.shape[2], head_dim = q.shape[3];
+  const int64_t batch = varlen ? cu_q.shape[0] - 1 : q.shape[0];
+  const int64_t rows_q = q.shape[rank_q - 3];  // seqlen_q, or total_q with cu_seqlens_q
+  const int64_t heads_q = q.shape[rank_q - 2], head_dim = q.shape[rank_q - 1];
   const int64_t heads_k = k_cache.shape[2], head_dim_v = v_cache.shape[3];
   const int64_t seqlen_new = appends ? k_new.shape[1] : 0;
   FA_CHECK(check_heads_positive(heads_q, "q", "heads_q"));
@@ -558,12 +572,20 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     FA_CHECK(check_same_shape(sin, "rotary_sin", cos, "rotary_cos"));
     FA_CHECK(check_rotary_dim(2 * cos.shape[1], head_dim));
   }
-  FA_CHECK(check_shape(out, "out",
-                       {{batch, "the batch of q"}, {seqlen_q, "the seqlen_q of q"}, {heads_q, "heads_q of q"},
-                        {head_dim_v, "the head_dim_v of v_cache"}}));
-  if (lse.defined())
-    FA_CHECK(check_shape(lse, "softmax_lse",
-                         {{batch, "the batch of q"}, {heads_q, "heads_q of q"}, {seqlen_q, "the seqlen_q of q"}}));
+  if (varlen) {
+    FA_CHECK(check_shape(out, "out",
+                         {{rows_q, "the total_q of q"}, {heads_q, "heads_q of q"},
+                          {head_dim_v, "the head_dim_v of v_cache"}}));
+    if (lse.defined())
+      FA_CHECK(check_shape(lse, "softmax_lse", {{heads_q, "heads_q of q"}, {rows_q, "the total_q of q"}}));
+  } else {
+    FA_CHECK(check_shape(out, "out",
+                         {{batch, "the batch of q"}, {rows_q, "the seqlen_q of q"}, {heads_q, "heads_q of q"},
+                          {head_dim_v, "the head_dim_v of v_cache"}}));
+    if (lse.defined())
+      FA_CHECK(check_shape(lse, "softmax_lse",
+                           {{batch, "the batch of q"}, {heads_q, "heads_q of q"}, {rows_q, "the seqlen_q of q"}}));
+  }
   if (alibi.defined()) FA_CHECK(check_alibi_shape(alibi, batch, heads_q));
 
   // Memory layout.
@@ -571,19 +593,36 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                                           {v_new, "v_new"}, {out, "out"}, {lse, "softmax_lse"},
                                           {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
                                           {alibi, "alibi_slopes"}}));
-  FA_CHECK(check_all_contiguous(
-      {{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"}, {leftpad, "cache_leftpad"}}));
+  FA_CHECK(check_all_contiguous({{cache_seqlens, "cache_seqlens"},
+                                 {batch_idx, "cache_batch_idx"},
+                                 {leftpad, "cache_leftpad"},
+                                 {cu_q, "cu_seqlens_q"}}));
   if (rotary) FA_CHECK(check_same_strides(sin, "rotary_sin", cos, "rotary_cos"));
   FA_CHECK(check_all_aligned(
       {{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"}, {out, "out"}},
       Alignment::Vectorized));
   FA_CHECK(check_all_aligned({{lse, "softmax_lse"}, {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
                               {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
-                              {sin, "rotary_sin"}, {alibi, "alibi_slopes"}},
+                              {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {cu_q, "cu_seqlens_q"}},
                              Alignment::Element));
   FA_CHECK(check_all_data(all));
 
   // Contents (host tensors only).
+  int64_t seqlen_q = rows_q;  // the longest query sequence (an upper bound with CUDA cu_seqlens_q)
+  if (varlen) {
+    FA_CHECK(check_cu_seqlens_contents(cu_q, "cu_seqlens_q", batch, rows_q, "rows of q (total_q)"));
+    FA_CHECK(check_max_seqlen_value(params.max_seqlen_q, "max_seqlen_q"));
+    if (cu_q.device == DeviceType::Cpu) {
+      const int32_t* cu = int_pointer(cu_q);
+      int64_t longest = 0;
+      for (int64_t b = 0; b < batch; ++b) longest = std::max<int64_t>(longest, cu[b + 1] - cu[b]);
+      FA_CHECK(check_max_seqlen_bound(params.max_seqlen_q, "max_seqlen_q", longest));
+      seqlen_q = params.max_seqlen_q > 0 ? params.max_seqlen_q : longest;
+    } else {
+      if (batch > 0) FA_CHECK(check_max_seqlen_derivable(params.max_seqlen_q, "max_seqlen_q", cu_q, "cu_seqlens_q"));
+      seqlen_q = params.max_seqlen_q;
+    }
+  }
   const int32_t* seqlens = int_pointer(cache_seqlens);
   if (cache_seqlens.defined()) FA_CHECK(check_cache_seqlens_contents(cache_seqlens, batch, seqlen_new, capacity));
   if (batch_idx.defined())
@@ -602,7 +641,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   // Rotary positions of q: one per row with a causal or local mask, else all at the first new one.
   const bool q_per_row = params.causal || params.window_left >= 0 || params.window_right >= 0;
   if (rotary && q.device == DeviceType::Cpu)
-    FA_CHECK(check_rotary_length(cos.shape[0], batch, seqlens, seqlen_new, seqlen_q, q_per_row));
+    FA_CHECK(check_rotary_length(cos.shape[0], batch, seqlens, seqlen_new, seqlen_q, int_pointer(cu_q), q_per_row));
 
   FA_CHECK(check_options(params));
   FA_CHECK(check_num_splits(params.num_splits));
@@ -610,12 +649,13 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   // Written by the call: out and lse, and the cache when keys are appended.
   if (appends) {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}},
-                                    {{q, "q"}, {k_new, "k_new"}, {v_new, "v_new"}, {cache_seqlens, "cache_seqlens"},
+                                    {{q, "q"}, {cu_q, "cu_seqlens_q"}, {k_new, "k_new"}, {v_new, "v_new"},
+                                     {cache_seqlens, "cache_seqlens"},
                                      {batch_idx, "cache_batch_idx"}, {leftpad, "cache_leftpad"}, {block_table, "block_table"},
                                      {cos, "rotary_cos"}, {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
   } else {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}},
-                                    {{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"},
+                                    {{q, "q"}, {cu_q, "cu_seqlens_q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"},
                                      {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
                                      {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
                                      {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
@@ -630,7 +670,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.heads_k = heads_k;
   p.head_dim = head_dim;
   p.head_dim_v = head_dim_v;
-  p.q = dense_rows(q);
+  p.q = varlen ? varlen_rows(q, cu_q) : dense_rows(q);
   p.k = dense_rows(k_cache);
   p.v = dense_rows(v_cache);
   for (RowsView* cache : {&p.k, &p.v}) {
@@ -644,10 +684,11 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
       cache->batch_index = int_pointer(batch_idx);
     }
   }
-  p.out = dense_rows(out);
-  p.lse = lse_view(lse, TensorView{});
+  p.out = varlen ? varlen_rows(out, cu_q) : dense_rows(out);
+  p.lse = lse_view(lse, cu_q);
   p.lens.seqlen_q = seqlen_q;
-  p.lens.total_q = p.batch * seqlen_q;
+  p.lens.cu_seqlens_q = int_pointer(cu_q);
+  p.lens.total_q = varlen ? rows_q : p.batch * seqlen_q;
   p.lens.seqlen_k = capacity;  // without cache_seqlens every slot is a key; with them, a bound
   p.lens.cache_seqlens = seqlens;
   p.lens.seqlen_k_added = cache_seqlens.defined() ? seqlen_new : 0;

@@ -61,6 +61,7 @@ Status fwd_kvcache(const KvCacheProblem& kp) {
     q_dense.batch_stride = sq * p.heads_q * d;
     team.parallel_for(p.batch * sq, [&](int64_t item, int) {
       const int64_t b = item / sq, i = item % sq;
+      if (i >= p.lens.q(b)) return;  // varlen: past this sequence's rows
       const int64_t pos = kp.first_new_position(b) + (kp.rotary_q_per_row ? i : 0);
       std::vector<float> row(static_cast<size_t>(d));
       for (int64_t h = 0; h < p.heads_q; ++h) {

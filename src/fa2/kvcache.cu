@@ -67,6 +67,7 @@ __global__ void append_kernel(const KvCacheProblem kp) {
 __global__ void rotate_q_kernel(const KvCacheProblem kp, void* q_rotated) {
   const AttnProblem& p = kp.attn;
   const int64_t i = blockIdx.x, b = blockIdx.y;
+  if (i >= p.lens.q(b)) return;  // varlen: past this sequence's rows
   const int64_t pos = kp.first_new_position(b) + (kp.rotary_q_per_row ? i : 0);
   for (int64_t e = threadIdx.x; e < p.heads_q * p.head_dim; e += blockDim.x) {
     const int64_t h = e / p.head_dim, c = e % p.head_dim;
@@ -89,6 +90,10 @@ Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle) {
     return Status::error(ErrorCode::Unsupported, "cache_leftpad",
                          "argument 'cache_leftpad': a left-padded cache runs on the CPU backend; the fa2 kernels "
                          "do not take it yet");
+  if (p.lens.cu_seqlens_q != nullptr)
+    return Status::error(ErrorCode::Unsupported, "cu_seqlens_q",
+                         "argument 'cu_seqlens_q': varlen queries over a KV cache run on the CPU backend; the fa2 "
+                         "kernels do not take them yet");
   if (p.batch > 65535 || kp.seqlen_new > 0x7fffffff || p.lens.seqlen_q > 0x7fffffff)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd_kvcache: more than 65535 sequences per call");
   if (kp.k_new.data != nullptr && kp.seqlen_new > 0 && p.batch > 0) {

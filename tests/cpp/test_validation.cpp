@@ -1188,6 +1188,41 @@ TEST_F(KvCacheRules, CacheLeftpadSkipsUnreadPages) {
   EXPECT_INVALID(build(), "block_table", "entries for the pages in use must be in [0, num_blocks of k_cache (6))");
 }
 
+TEST_F(KvCacheRules, VarlenQueries) {
+  // Sequence 0 has 3 query rows, sequence 1 one: q (4, 4, 16), out likewise, lse (4 heads, 4 rows).
+  HostTensor qv(DType::F16, {4, 4, 16}), outv(DType::F16, {4, 4, 16}), lsev(DType::F32, {4, 4});
+  HostTensor cu = int_tensor({0, 3, 4});
+  p.q = qv.view();
+  p.out = outv.view();
+  p.softmax_lse = lsev.view();
+  p.cu_seqlens_q = cu.view();
+  ASSERT_TRUE(build().ok());
+  const AttnProblem& a = problem.attn;
+  EXPECT_EQ(a.batch, 2);
+  EXPECT_EQ(a.lens.seqlen_q, 3);  // derived: the longest sequence
+  EXPECT_EQ(a.lens.total_q, 4);
+  EXPECT_EQ(a.lens.q(1), 1);
+  EXPECT_EQ(a.q.cu_seqlens, cu.data());
+  EXPECT_EQ(a.out.offset(1, 0, 2), 3 * 64 + 2 * 16);
+  EXPECT_EQ(a.lse.offset(1, 0, 2), 2 * 4 + 3);
+  p.max_seqlen_q = 2;
+  EXPECT_INVALID(build(), "max_seqlen_q", "must be >= the longest sequence (3), got 2");
+  p.max_seqlen_q = 0;
+  HostTensor three = int_tensor({0, 1, 2, 4});
+  p.cu_seqlens_q = three.view();
+  EXPECT_INVALID(build(), "cache_seqlens", "dim 0 must equal the batch of q (3), got 2");
+  p.cu_seqlens_q = cu.view();
+  p.q = q.view();
+  EXPECT_INVALID(build(), "q", "ndim must be 3 (total_q, heads_q, head_dim) with cu_seqlens_q");
+  p.q = qv.view();
+  HostTensor dense_lse(DType::F32, {2, 4, 3});
+  p.softmax_lse = dense_lse.view();
+  EXPECT_INVALID(build(), "softmax_lse", "ndim must be 2 (heads_q, total_q) with cu_seqlens_q");
+  p.softmax_lse = lsev.view();
+  cu.as<int32_t>()[2] = 5;
+  EXPECT_INVALID(build(), "cu_seqlens_q", "the last entry must be <= the rows of q (total_q) (4)");
+}
+
 TEST_F(KvCacheRules, CacheBatchIdxDistinctWhenAppending) {
   HostTensor idx = int_tensor({1, 1});
   p.cache_batch_idx = idx.view();

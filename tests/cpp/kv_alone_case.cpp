@@ -1,4 +1,4 @@
-#include "leftpad_case.h"
+#include "kv_alone_case.h"
 
 #include <gtest/gtest.h>
 
@@ -40,16 +40,26 @@ struct CacheSlots {
 
 }  // namespace
 
-void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& runner) {
+void check_kv_alone_case(const KvAloneCase& c, Backend backend, const KvRunner& runner) {
   SCOPED_TRACE(c.name());
   std::mt19937_64 rng(c.seed);
   const bool paged = c.page_size > 0;
   const int pages_per_seq = paged ? (c.capacity + c.page_size - 1) / c.page_size : 0;
   const int num_blocks = paged ? c.batch * pages_per_seq + 2 : 0;
   const int d = c.head_dim;
-
-  HostTensor q(c.dtype, {c.batch, c.seqlen_q, c.heads_q, d});
+  const bool varlen = !c.varlen_q.empty();
+  // Query rows: sequence b's are rows [first_q[b], first_q[b] + len_q[b]) of q viewed as
+  // (rows, heads_q, d).
+  std::vector<int32_t> first_q(static_cast<size_t>(c.batch) + 1, 0);
+  for (int b = 0; b < c.batch; ++b)
+    first_q[size_t(b) + 1] = first_q[size_t(b)] + (varlen ? c.varlen_q[size_t(b)] : c.seqlen_q);
+  const auto len_q = [&](int b) { return first_q[size_t(b) + 1] - first_q[size_t(b)]; };
+  int longest_q = 0;
+  for (int b = 0; b < c.batch; ++b) longest_q = std::max(longest_q, len_q(b));
+  const int total_q = first_q.back();
+  HostTensor q = varlen ? HostTensor(c.dtype, {total_q, c.heads_q, d}) : HostTensor(c.dtype, {c.batch, c.seqlen_q, c.heads_q, d});
   q.fill_normal(rng);
+  const HostTensor cu_q = varlen ? int_tensor(first_q) : HostTensor();
   const std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_blocks, c.page_size, c.heads_k, d}
                                                  : std::vector<int64_t>{c.batch, c.capacity, c.heads_k, d};
   HostTensor k_cache(c.dtype, cache_shape), v_cache(c.dtype, cache_shape);
@@ -75,6 +85,7 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
     ends.back() = c.capacity - c.seqlen_new;
     starts.back() = std::max(1, ends.back() / 3);
   }
+  if (!c.leftpad) std::fill(starts.begin(), starts.end(), 0);
   HostTensor cache_seqlens = int_tensor(ends), leftpad = int_tensor(starts);
   HostTensor block_table;
   if (paged) {
@@ -102,7 +113,7 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
           v_cache.set(slots.element(b, pos, h, e), std::nanf(""));
         }
     }
-  const int positions = c.capacity + c.seqlen_q;
+  const int positions = c.capacity + longest_q;
   HostTensor cos, sin;
   if (c.rotary_dim > 0) {
     cos = HostTensor(c.dtype, {positions, c.rotary_dim / 2});
@@ -116,8 +127,9 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
   params.v_cache = v_cache.view();
   params.k_new = k_new.view();
   params.v_new = v_new.view();
+  params.cu_seqlens_q = cu_q.view();
   params.cache_seqlens = cache_seqlens.view();
-  params.cache_leftpad = leftpad.view();
+  params.cache_leftpad = c.leftpad ? leftpad.view() : TensorView{};
   params.block_table = block_table.view();
   params.rotary_cos = cos.view();
   params.rotary_sin = sin.view();
@@ -126,7 +138,8 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
   params.window_left = c.window_left;
   params.num_splits = c.num_splits;
   params.backend = backend;
-  HostTensor out(c.dtype, {c.batch, c.seqlen_q, c.heads_q, d}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
+  HostTensor out = varlen ? HostTensor(c.dtype, {total_q, c.heads_q, d}) : HostTensor(c.dtype, {c.batch, c.seqlen_q, c.heads_q, d});
+  HostTensor lse = varlen ? HostTensor(DType::F32, {c.heads_q, total_q}) : HostTensor(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
   out.poison();
   lse.poison();
   params.out = out.view();
@@ -137,13 +150,14 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
 
   // Each sequence alone, unpadded: its cache rows from its first key on, the rotary tables from
   // that position on, through the naive reference.
-  const int64_t q_elems = int64_t(c.seqlen_q) * c.heads_q * d, new_elems = int64_t(c.seqlen_new) * c.heads_k * d;
-  const int64_t lse_elems = int64_t(c.heads_q) * c.seqlen_q, slot = int64_t(c.heads_k) * d;
+  const int64_t q_row = int64_t(c.heads_q) * d, new_elems = int64_t(c.seqlen_new) * c.heads_k * d;
+  const int64_t slot = int64_t(c.heads_k) * d;
   for (int b = 0; b < c.batch; ++b) {
     SCOPED_TRACE("sequence " + std::to_string(b));
-    const int start = starts[size_t(b)], rows = std::max(c.capacity - start, 1);
-    HostTensor qb(c.dtype, {1, c.seqlen_q, c.heads_q, d});
-    for (int64_t i = 0; i < q_elems; ++i) qb.set(i, q.get(b * q_elems + i));
+    const int start = starts[size_t(b)], rows = std::max(c.capacity - start, 1), sq = len_q(b);
+    const int64_t q_elems = sq * q_row, lse_elems = int64_t(c.heads_q) * sq;
+    HostTensor qb(c.dtype, {1, sq, c.heads_q, d});
+    for (int64_t i = 0; i < q_elems; ++i) qb.set(i, q.get(first_q[size_t(b)] * q_row + i));
     HostTensor kb(c.dtype, {1, rows, c.heads_k, d}), vb(c.dtype, {1, rows, c.heads_k, d});
     kb.poison();
     vb.poison();
@@ -171,7 +185,7 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
     }
     const HostTensor lens_b = int_tensor({ends[size_t(b)] - start});
 
-    HostTensor out64(DType::F32, {1, c.seqlen_q, c.heads_q, d}), lse64(DType::F32, {1, c.heads_q, c.seqlen_q});
+    HostTensor out64(DType::F32, {1, sq, c.heads_q, d}), lse64(DType::F32, {1, c.heads_q, sq});
     HostTensor out_lp(c.dtype, out64.shape()), lse_lp(DType::F32, lse64.shape());
     HostTensor k64 = kb, v64 = vb, klp = kb, vlp = vb;
     for (auto [kc, vc, o, l, precision] :
@@ -179,6 +193,7 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
           std::tuple{&klp, &vlp, &out_lp, &lse_lp, cpu::reference::Precision::InputPrecision}}) {
       KvCacheParams pb = params;
       pb.q = qb.view();
+      pb.cu_seqlens_q = {};
       pb.k_cache = kc->view();
       pb.v_cache = vc->view();
       pb.k_new = knb.view();
@@ -197,9 +212,13 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
       cpu::reference::fwd_kvcache(problem, precision);
     }
 
+    // out rows are packed like q's; lse is (batch, heads, seqlen_q) or, varlen, (heads, total_q).
     std::vector<float> got(static_cast<size_t>(q_elems)), got_lse(static_cast<size_t>(lse_elems));
-    for (int64_t i = 0; i < q_elems; ++i) got[size_t(i)] = out.get(b * q_elems + i);
-    for (int64_t i = 0; i < lse_elems; ++i) got_lse[size_t(i)] = lse.get(b * lse_elems + i);
+    for (int64_t i = 0; i < q_elems; ++i) got[size_t(i)] = out.get(first_q[size_t(b)] * q_row + i);
+    for (int h = 0; h < c.heads_q; ++h)
+      for (int i = 0; i < sq; ++i)
+        got_lse[size_t(h * sq + i)] =
+            lse.get(varlen ? int64_t(h) * total_q + first_q[size_t(b)] + i : (int64_t(b) * c.heads_q + h) * c.seqlen_q + i);
     const std::vector<float> r = out64.to_float(), rl = lse64.to_float();
     const double err = max_abs_diff(got, r), err_lp = max_abs_diff(out_lp.to_float(), r);
     EXPECT_LE(err, 2 * err_lp + rounding_floor(c.dtype, max_abs(r))) << "out: " << err << " vs " << err_lp;
@@ -233,30 +252,43 @@ void check_leftpad_case(const LeftpadCase& c, Backend backend, const KvRunner& r
   }
 }
 
-std::vector<LeftpadCase> leftpad_cases() {
-  std::vector<LeftpadCase> cases;
+std::vector<KvAloneCase> kv_alone_cases() {
+  std::vector<KvAloneCase> cases;
   auto add = [&](auto f) {
-    LeftpadCase c;
+    KvAloneCase c;
     f(c);
     c.seed = cases.size() + 101;
     cases.push_back(c);
   };
-  add([](LeftpadCase&) {});  // decode, dense, splits chosen
-  add([](LeftpadCase& c) { c.num_splits = 1; });
-  add([](LeftpadCase& c) { c.num_splits = 4; c.heads_q = c.heads_k = 4; });
-  add([](LeftpadCase& c) { c.seqlen_new = 1; });
-  add([](LeftpadCase& c) { c.seqlen_new = 4; c.seqlen_q = 4; c.causal = true; });
-  add([](LeftpadCase& c) { c.seqlen_new = 3; c.seqlen_q = 3; c.rotary_dim = 64; c.causal = true; });
-  add([](LeftpadCase& c) { c.seqlen_new = 2; c.seqlen_q = 2; c.rotary_dim = 32; c.interleaved = true; });
-  add([](LeftpadCase& c) { c.seqlen_q = 5; c.seqlen_new = 5; c.causal = true; c.window_left = 20; c.rotary_dim = 16; });
-  add([](LeftpadCase& c) { c.page_size = 16; });
-  add([](LeftpadCase& c) { c.page_size = 16; c.seqlen_new = 2; c.seqlen_q = 2; c.causal = true; c.rotary_dim = 64; });
-  add([](LeftpadCase& c) { c.page_size = 1; c.capacity = 40; c.seqlen_new = 1; });
-  add([](LeftpadCase& c) { c.page_size = 7; c.seqlen_new = 3; c.seqlen_q = 3; c.num_splits = 3; });
-  add([](LeftpadCase& c) { c.page_size = 64; c.capacity = 300; c.head_dim = 128; c.heads_q = 16; c.heads_k = 1; });
-  add([](LeftpadCase& c) { c.seqlen_q = 16; c.causal = true; c.head_dim = 128; c.heads_q = c.heads_k = 2; });
-  add([](LeftpadCase& c) { c.dtype = DType::F16; c.seqlen_new = 1; c.head_dim = 96; });
-  add([](LeftpadCase& c) { c.dtype = DType::F32; c.seqlen_new = 2; c.seqlen_q = 2; c.causal = true; c.page_size = 32; });
+  add([](KvAloneCase&) {});  // decode, dense, splits chosen
+  add([](KvAloneCase& c) { c.num_splits = 1; });
+  add([](KvAloneCase& c) { c.num_splits = 4; c.heads_q = c.heads_k = 4; });
+  add([](KvAloneCase& c) { c.seqlen_new = 1; });
+  add([](KvAloneCase& c) { c.seqlen_new = 4; c.seqlen_q = 4; c.causal = true; });
+  add([](KvAloneCase& c) { c.seqlen_new = 3; c.seqlen_q = 3; c.rotary_dim = 64; c.causal = true; });
+  add([](KvAloneCase& c) { c.seqlen_new = 2; c.seqlen_q = 2; c.rotary_dim = 32; c.interleaved = true; });
+  add([](KvAloneCase& c) { c.seqlen_q = 5; c.seqlen_new = 5; c.causal = true; c.window_left = 20; c.rotary_dim = 16; });
+  add([](KvAloneCase& c) { c.page_size = 16; });
+  add([](KvAloneCase& c) { c.page_size = 16; c.seqlen_new = 2; c.seqlen_q = 2; c.causal = true; c.rotary_dim = 64; });
+  add([](KvAloneCase& c) { c.page_size = 1; c.capacity = 40; c.seqlen_new = 1; });
+  add([](KvAloneCase& c) { c.page_size = 7; c.seqlen_new = 3; c.seqlen_q = 3; c.num_splits = 3; });
+  add([](KvAloneCase& c) { c.page_size = 64; c.capacity = 300; c.head_dim = 128; c.heads_q = 16; c.heads_k = 1; });
+  add([](KvAloneCase& c) { c.seqlen_q = 16; c.causal = true; c.head_dim = 128; c.heads_q = c.heads_k = 2; });
+  add([](KvAloneCase& c) { c.dtype = DType::F16; c.seqlen_new = 1; c.head_dim = 96; });
+  add([](KvAloneCase& c) { c.dtype = DType::F32; c.seqlen_new = 2; c.seqlen_q = 2; c.causal = true; c.page_size = 32; });
+  // Varlen queries (FlashAttention-3's flash_attn_with_kvcache with cu_seqlens_q): speculative
+  // decoding and chunked prefill rows of different lengths, one sequence without queries.
+  const auto varlen = [](KvAloneCase& c, std::vector<int> lens) {
+    c.varlen_q = std::move(lens);
+    c.batch = int(c.varlen_q.size());
+    c.leftpad = false;
+  };
+  add([&](KvAloneCase& c) { varlen(c, {1, 4, 0, 7}); c.causal = true; });
+  add([&](KvAloneCase& c) { varlen(c, {3, 1, 16, 2}); c.causal = true; c.seqlen_new = 2; c.rotary_dim = 64; });
+  add([&](KvAloneCase& c) { varlen(c, {2, 5, 1}); c.page_size = 16; c.seqlen_new = 1; c.rotary_dim = 32; c.interleaved = true; });
+  add([&](KvAloneCase& c) { varlen(c, {6, 1, 9, 2}); c.causal = true; c.window_left = 10; c.num_splits = 3; });
+  add([&](KvAloneCase& c) { varlen(c, {1, 1, 1, 1, 1}); c.num_splits = 0; c.heads_q = 16; c.heads_k = 2; });
+  add([&](KvAloneCase& c) { varlen(c, {4, 2, 3, 1}); c.leftpad = true; c.causal = true; c.seqlen_new = 3; c.rotary_dim = 16; c.page_size = 7; });
   return cases;
 }
 
