@@ -142,6 +142,10 @@ struct DropoutArgs {
 
 struct FwdParams : AttnOptions, VarlenArgs, DropoutArgs {
   TensorView q, k, v;
+  TensorView block_table;  // optional int32 (batch, max_blocks_per_seq), varlen only: k and v are
+                           //   paged caches (num_blocks, page_size, heads_k, d); sequence b's keys
+                           //   are its first cu_seqlens_k[b + 1] - cu_seqlens_k[b] (or seqused_k[b])
+                           //   positions, found through row b of the table (vLLM-style serving)
   TensorView out;          // required; dtype of q
   TensorView softmax_lse;  // optional float32 output
   int num_splits = 1;      // split-KV: 1 = off, > 1 = that many, 0 = the library chooses
@@ -155,7 +159,10 @@ struct BwdParams : AttnOptions, VarlenArgs, DropoutArgs {
 };
 
 struct KvCacheParams : AttnOptions {
-  TensorView q;                  // (batch, seqlen_q, heads_q, head_dim)
+  TensorView q;                  // (batch, seqlen_q, heads_q, head_dim), or with cu_seqlens_q
+                                 //   (total_q, heads_q, head_dim)
+  TensorView cu_seqlens_q;       // optional int32 (batch + 1): varlen queries (as FlashAttention-3)
+  int max_seqlen_q = 0;          //   their longest sequence; 0 = derived (host cu_seqlens_q only)
   TensorView k_cache, v_cache;   // (batch_cache, seqlen_cache, heads_k, d) or paged
                                  //   (num_blocks, page_size, heads_k, d) with block_table
   TensorView k_new, v_new;       // optional (batch, seqlen_new, heads_k, d): appended in place at
@@ -163,6 +170,10 @@ struct KvCacheParams : AttnOptions {
   TensorView cache_seqlens;      // optional int32 (batch): tokens already in the cache;
                                  //   absent = the whole cache (seqlen_cache) is used
   TensorView cache_batch_idx;    // optional int32 (batch): cache row of each batch entry
+  TensorView cache_leftpad;      // optional int32 (batch): sequence b starts at cache position
+                                 //   cache_leftpad[b] (left padding); its keys are positions
+                                 //   [cache_leftpad[b], cache_seqlens[b] + seqlen_new), and rotary
+                                 //   positions stay the cache positions, as in flash_attn
   TensorView block_table;        // optional int32 (batch, max_blocks_per_seq): paged cache.
                                  //   Sequences may share pages they only read (prefix sharing);
                                  //   with k_new, a page keys are appended into must not be shared
@@ -171,8 +182,9 @@ struct KvCacheParams : AttnOptions {
                                  //   that is appended into gives undefined results there.
   TensorView rotary_cos, rotary_sin;  // optional (seqlen_ro, rotary_dim / 2), dtype of q
   bool rotary_interleaved = false;    // true: GPT-J pairs (0,1),(2,3)...; false: NeoX halves
-  TensorView out;                // required (batch, seqlen_q, heads_q, head_dim_v)
-  TensorView softmax_lse;        // optional float32 (batch, heads_q, seqlen_q)
+  TensorView out;                // required (batch, seqlen_q, heads_q, head_dim_v), varlen
+                                 //   (total_q, heads_q, head_dim_v)
+  TensorView softmax_lse;        // optional float32 (batch, heads_q, seqlen_q), varlen (heads_q, total_q)
   int num_splits = 0;            // 0 = the library chooses
 };
 

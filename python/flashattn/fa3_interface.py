@@ -22,8 +22,8 @@ corner; ``window_size=(left, right)`` with -1 = unbounded; softmax_lse float32
 Arguments whose feature this library has not built raise ``flashattn.UnsupportedError`` (a
 ``ValueError`` and ``NotImplementedError``, also a ``RuntimeError``) naming the argument: ``qv``,
 ``q_descale``/``k_descale``/``v_descale`` (FP8), ``attention_chunk != 0``, ``seqused_q``,
-``cache_leftpad``, ``rotary_seqlens``, and in flash_attn_with_kvcache ``cu_seqlens_q`` /
-``cu_seqlens_k_new`` (varlen queries or new keys). Arguments that only tune speed are checked and
+``rotary_seqlens``, and in flash_attn_with_kvcache ``cu_seqlens_k_new`` (varlen new keys).
+Arguments that only tune speed are checked and
 accepted: ``pack_gqa``, ``sm_margin``, ``scheduler_metadata``, and ``max_seqlen_q`` in
 flash_attn_with_kvcache without ``cu_seqlens_q`` (FA3 ignores it there too).
 """
@@ -219,10 +219,15 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
             cache_seqlens[b] + i when causal or windowed, else at cache_seqlens[b]).
         cache_seqlens: int or int32 (batch,): tokens already in each cache row (None: all).
         cache_batch_idx: int32 (batch,), optional: the cache row of each batch entry.
-        cache_leftpad: not supported yet.
+        cache_leftpad: int32 (batch,), optional: the cache position where each sequence starts
+            (left padding); CPU backend for now (the GPU kernels raise UnsupportedError).
         page_table: int32 (batch, max_num_pages_per_seq), optional: a paged cache's page indices.
-        cu_seqlens_q, cu_seqlens_k_new: not supported yet (varlen queries / new keys).
-        max_seqlen_q: accepted and ignored without cu_seqlens_q (as FA3).
+        cu_seqlens_q: int32 (batch + 1,), optional: varlen queries, q (total_q, nheads, headdim);
+            out is then (total_q, nheads, headdim_v) and softmax_lse (nheads, total_q). CPU backend
+            for now (the GPU kernels raise UnsupportedError).
+        max_seqlen_q: int, the longest query sequence with cu_seqlens_q (None: derived from a host
+            cu_seqlens_q); accepted and ignored without it (as FA3).
+        cu_seqlens_k_new: not supported yet (varlen new keys).
         rotary_seqlens: not supported yet. q_descale, k_descale, v_descale: not supported yet (FP8).
         softmax_scale, causal, window_size, softcap: as flash_attn_func; attention_chunk: only 0.
         rotary_interleaved: bool. True: pairs (0, 1), (2, 3), ... (GPT-J); False: GPT-NeoX halves.
@@ -236,8 +241,6 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         (out, softmax_lse float32 (batch, nheads, seqlen_q), out_accum, softmax_lse_accum) that FA3
         returns; the last two are empty float32 tensors (no split partials are exposed).
     """
-    _unsupported(cache_leftpad, "cache_leftpad", "a left-padded KV cache")
-    _unsupported(cu_seqlens_q, "cu_seqlens_q", "varlen queries in flash_attn_with_kvcache")
     _unsupported(cu_seqlens_k_new, "cu_seqlens_k_new", "varlen new keys in flash_attn_with_kvcache")
     _unsupported(rotary_seqlens, "rotary_seqlens", "rotary positions other than cache_seqlens")
     _no_fp8(qv, q_descale, k_descale, v_descale, attention_chunk)
@@ -246,10 +249,12 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
     kind = _args.first_tensor(q, "q")
     _args.tensor(scheduler_metadata, "scheduler_metadata", kind, optional=True)
     out, lse = _kvcache(q, k_cache, v_cache, k, v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=page_table,
+                        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                        block_table=page_table,
                         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                         rotary_interleaved=rotary_interleaved, alibi_slopes=None, num_splits=num_splits,
-                        block_table_name="page_table")
+                        block_table_name="page_table", cu_seqlens_q=cu_seqlens_q,
+                        max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None)
     if _args.flag(return_softmax_lse, "return_softmax_lse"):
         return out, lse, _empty(q), _empty(q)
     return out
@@ -272,7 +277,8 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
         num_heads_q, num_heads_kv, headdim: ints >= 1; headdim_v: int (None: headdim).
         cache_seqlens: int32 (batch,), the tokens in each cache row.
         qkv_dtype: the inputs' dtype (FA3 defaults to torch.bfloat16); unused.
-        cu_seqlens_q, cu_seqlens_k_new, cache_leftpad: not supported yet (UnsupportedError).
+        cu_seqlens_q, cache_leftpad: optional int32 tensors, checked like cache_seqlens.
+        cu_seqlens_k_new: not supported yet (UnsupportedError).
         page_size: int, a paged cache's page_block_size (None: not paged).
         max_seqlen_k_new: int, the longest appended k.
         causal, window_size, has_softcap: the attention's masks and softcap.
@@ -289,9 +295,9 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
         _args.integer(value, name, 1)
     _args.optional_integer(headdim_v, "headdim_v", 1, default=1)
     _args.optional_integer(page_size, "page_size", 1, default=1)
-    _args.first_tensor(cache_seqlens, "cache_seqlens")
-    _unsupported(cache_leftpad, "cache_leftpad", "a left-padded KV cache")
-    _unsupported(cu_seqlens_q, "cu_seqlens_q", "varlen queries in flash_attn_with_kvcache")
+    kind = _args.first_tensor(cache_seqlens, "cache_seqlens")
+    _args.tensor(cache_leftpad, "cache_leftpad", kind, optional=True)
+    _args.tensor(cu_seqlens_q, "cu_seqlens_q", kind, optional=True)
     _unsupported(cu_seqlens_k_new, "cu_seqlens_k_new", "varlen new keys in flash_attn_with_kvcache")
     _no_fp8(None, None, None, None, attention_chunk)
     _hints(pack_gqa, sm_margin)

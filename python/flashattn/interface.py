@@ -95,13 +95,18 @@ class _Call:
                  cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: Any = None,
                  max_seqlen_k: Any = None, seqused_k: Any = None, dropout_p: Any = 0.0, softmax_scale: Any = None,
                  causal: Any = False, window_size: Any = (-1, -1), softcap: Any = 0.0, alibi_slopes: Any = None,
-                 deterministic: Any = False, num_splits: Any = 1) -> None:
+                 deterministic: Any = False, num_splits: Any = 1, block_table: Any = None) -> None:
         self.kind = _args.first_tensor(q, names[0])
         _args.tensor(k, names[1], self.kind)
         _args.tensor(v, names[2], self.kind)
+        self.block_table = _args.last_dim_contiguous(
+            _args.tensor(block_table, "block_table", self.kind, optional=True))
         layout = _VARLEN if varlen else _DENSE
-        for name, x in zip(names, (q, k, v)):
-            _args.ndim(x, name, 3 if varlen else 4, layout)
+        for i, (name, x) in enumerate(zip(names, (q, k, v))):
+            if i > 0 and self.block_table is not None:
+                _args.ndim(x, name, 4, "(num_blocks, page_block_size, nheads_k, headdim) with block_table")
+            else:
+                _args.ndim(x, name, 3 if varlen else 4, layout)
             _args.head_dim(x, name)
         self.varlen = varlen
         if varlen:
@@ -125,11 +130,18 @@ class _Call:
         # As flash_attn: strided last dims are copied (autograd flows through the copy).
         self.q, self.k, self.v = (_args.last_dim_contiguous(x) for x in (q, k, v))
 
+        if self.block_table is not None and self.dropout_p > 0:
+            raise UnsupportedError("argument 'dropout_p': dropout is for training, and a paged k/v (block_table) "
+                                   "has no backward; use dropout_p=0.0", "dropout_p", "unsupported")
+
     def options(self) -> dict:
-        return dict(cu_seqlens_q=self.cu_seqlens_q, cu_seqlens_k=self.cu_seqlens_k, seqused_k=self.seqused_k,
-                    max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k, softmax_scale=self.scale,
-                    causal=self.causal, window_size=self.window, softcap=self.softcap,
-                    alibi_slopes=self.alibi_slopes, dropout_p=self.dropout_p, num_splits=self.num_splits)
+        options = dict(cu_seqlens_q=self.cu_seqlens_q, cu_seqlens_k=self.cu_seqlens_k, seqused_k=self.seqused_k,
+                       max_seqlen_q=self.max_seqlen_q, max_seqlen_k=self.max_seqlen_k, softmax_scale=self.scale,
+                       causal=self.causal, window_size=self.window, softcap=self.softcap,
+                       alibi_slopes=self.alibi_slopes, dropout_p=self.dropout_p, num_splits=self.num_splits)
+        if self.block_table is not None:
+            options["block_table"] = self.block_table
+        return options
 
 
 def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any]:
@@ -139,6 +151,14 @@ def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any
     if call.kind == "torch":
         from . import torch_ops
 
+        if call.block_table is not None:
+            import torch
+
+            if torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, call.k, call.v)):
+                raise UnsupportedError("argument 'block_table': a paged k/v has no backward; call under "
+                                       "torch.no_grad() / torch.inference_mode(), or detach q, k and v",
+                                       "block_table", "unsupported")
+            differentiable = False
         if differentiable:
             out, lse, rng_state = torch_ops.attention(qp, kp, vp, deterministic=call.deterministic, **call.options())
         else:
@@ -342,13 +362,6 @@ def _check_packed(x: Any, name: str, ndim: int, axis: int, count: int, layout: s
     _args.dim(x, name, axis, count, "the number of packed tensors")
 
 
-def _no_paged_varlen(block_table: Any) -> None:
-    if block_table is not None:
-        raise UnsupportedError(
-            "argument 'block_table': a paged KV cache is supported by flash_attn_with_kvcache, "
-            "not yet by the varlen functions", "block_table", "unsupported")
-
-
 _VARLEN_ARGS = """
         cu_seqlens_q: int32 (batch + 1,). Offsets of the sequences in q: sequence b is
             q[cu_seqlens_q[b]:cu_seqlens_q[b + 1]]. Rows past cu_seqlens_q[-1] belong to no
@@ -366,9 +379,9 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, cu_seqlens_q: Array, cu
                            alibi_slopes: Optional[Array] = None, deterministic: bool = False,
                            return_attn_probs: bool = False, block_table: Optional[Array] = None, *,
                            seqused_k: Optional[Array] = None, num_splits: int = 1) -> Any:
-    _no_paged_varlen(block_table)
     return _attention(q, k, v, varlen=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                       max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+                      block_table=block_table,
                       dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                       softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                       return_attn_probs=return_attn_probs, num_splits=num_splits)
@@ -381,8 +394,11 @@ flash_attn_varlen_func.__doc__ = """Attention over packed sequences of different
         q: (total_q, nheads, headdim), the query sequences one after another.
         k: (total_k, nheads_k, headdim), q's dtype.
         v: (total_k, nheads_k, headdim_v), q's dtype.""" + _VARLEN_ARGS + _COMMON_ARGS + """
-        block_table: not supported yet (a paged cache in the varlen functions); raises
-            UnsupportedError when given.
+        block_table: int32 (batch, max_num_blocks_per_seq), optional: k and v are then paged caches
+            (num_blocks, page_block_size, nheads_k, headdim[_v]) and sequence b's keys are the first
+            cu_seqlens_k[b + 1] - cu_seqlens_k[b] (or seqused_k[b]) positions of the pages in row b,
+            as serving engines call it for mixed prefill and decode batches. Forward only (no
+            backward, no dropout); CPU backend for now (the GPU kernels raise UnsupportedError).
         seqused_k: int32 (batch,), keyword-only. Sequence b uses only its first seqused_k[b] keys.
 """ + _RETURNS.format(out_shape="(total_q, nheads, headdim_v)", lse_shape="(nheads, total_q)")
 
@@ -436,12 +452,16 @@ flash_attn_varlen_kvpacked_func.__doc__ = """flash_attn_varlen_func with k and v
 # KV cache
 # ---------------------------------------------------------------------------------------------
 def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Optional[Array], *,
-             rotary_cos: Any, rotary_sin: Any, cache_seqlens: Any, cache_batch_idx: Any, block_table: Any,
+             rotary_cos: Any, rotary_sin: Any, cache_seqlens: Any, cache_batch_idx: Any, cache_leftpad: Any,
+             block_table: Any,
              softmax_scale: Any, causal: Any, window_size: Any, softcap: Any, rotary_interleaved: Any,
-             alibi_slopes: Any, num_splits: Any, block_table_name: str = "block_table") -> Tuple[Array, Array]:
+             alibi_slopes: Any, num_splits: Any, block_table_name: str = "block_table", cu_seqlens_q: Any = None,
+             max_seqlen_q: Any = None) -> Tuple[Array, Array]:
     """(out, softmax_lse) of a checked KV-cache call; appends k/v into the caches in place."""
     kind = _args.first_tensor(q, "q")
-    _args.ndim(q, "q", 4, _DENSE)
+    varlen = _args.tensor(cu_seqlens_q, "cu_seqlens_q", kind, optional=True) is not None
+    _args.ndim(q, "q", 3 if varlen else 4, _VARLEN if varlen else _DENSE)
+    batch = int(cu_seqlens_q.shape[0]) - 1 if varlen else int(q.shape[0])
     head_dim = _args.head_dim(q, "q")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         _args.tensor(x, name, kind)
@@ -456,7 +476,7 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
         raise _args.type_error(missing, f"must be given with '{given}' (new keys and values are appended together)",
                                None)
     for name, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx),
-                    (block_table_name, block_table), ("alibi_slopes", alibi_slopes)):
+                    ("cache_leftpad", cache_leftpad), (block_table_name, block_table), ("alibi_slopes", alibi_slopes)):
         _args.tensor(x, name, kind, optional=True)
     if cache_seqlens is not None and _args.array_kind(cache_seqlens) is None:
         length = _args.integer(cache_seqlens, "cache_seqlens", 0,
@@ -464,32 +484,37 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
         if kind == "torch":
             import torch
 
-            cache_seqlens = torch.full((q.shape[0],), length, dtype=torch.int32, device=q.device)
+            cache_seqlens = torch.full((max(batch, 0),), length, dtype=torch.int32, device=q.device)
         else:
             import numpy as np
 
-            cache_seqlens = np.full((q.shape[0],), length, dtype=np.int32)
+            cache_seqlens = np.full((max(batch, 0),), length, dtype=np.int32)
     else:
         _args.tensor(cache_seqlens, "cache_seqlens", kind, optional=True)
     head_dim_v = int(v_cache.shape[-1])
     # As flash_attn: strided last dims of everything but the caches (written in place) are copied.
-    q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, alibi_slopes = (
-        _args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                                               block_table, alibi_slopes))
-    options = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table,
+    (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
+     cu_seqlens_q) = (_args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                                            cache_batch_idx, cache_leftpad, block_table,
+                                                            alibi_slopes, cu_seqlens_q))
+    options = dict(cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                   block_table=block_table,
                    rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                    rotary_interleaved=_args.flag(rotary_interleaved, "rotary_interleaved"),
                    softmax_scale=_default_scale(softmax_scale, head_dim), causal=_args.flag(causal, "causal"),
                    window_size=_args.window(window_size), softcap=_args.real(softcap, "softcap"),
                    alibi_slopes=alibi_slopes,
-                   num_splits=_args.integer(num_splits, "num_splits", rule="must be >= 0 (0 = the library chooses)"))
+                   num_splits=_args.integer(num_splits, "num_splits", rule="must be >= 0 (0 = the library chooses)"),
+                   cu_seqlens_q=cu_seqlens_q,
+                   max_seqlen_q=_args.optional_integer(max_seqlen_q, "max_seqlen_q", 0,
+                                                       rule="must be >= 0 (0 derives it from cu_seqlens_q)") or 0)
     if kind == "numpy" and k is not None:
         for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             if not cache.flags.writeable:
                 raise _args.value_error(name, "must be writable when k/v are appended into it", "a read-only array")
     # Odd head dims: the library works on zero-padded copies; appended keys are copied back below.
     k_cache_p, v_cache_p = _pad_head_dim(k_cache, "k_cache"), _pad_head_dim(v_cache, "v_cache")
-    options.update(k_new=_pad_head_dim(k, "k"), v_new=_pad_head_dim(v, "v"))
+    options["k_new"], options["v_new"] = _pad_head_dim(k, "k"), _pad_head_dim(v, "v")  # no dict.update: dynamo
     qp = _pad_head_dim(q, "q")
     if kind == "torch":
         from . import torch_ops
@@ -539,7 +564,10 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         cache_seqlens: int, or int32 (batch,): the tokens already in each cache row. None: every
             slot of the cache is used.
         cache_batch_idx: int32 (batch,), optional: the cache row of each batch entry (default b).
-        cache_leftpad: not supported yet (raises UnsupportedError when given).
+        cache_leftpad: int32 (batch,), optional: the cache position where each sequence starts
+            (left padding). Its keys are positions cache_leftpad[b] .. cache_seqlens[b] + seqlen_new - 1;
+            rotary positions stay the cache positions, as in flash_attn. CPU backend for now: the GPU
+            kernels raise UnsupportedError until their device suite has run it.
         block_table: int32 (batch, max_num_blocks_per_seq), optional: the pages of each sequence in
             a paged cache.
         softmax_scale, causal, window_size, softcap, alibi_slopes: as in flash_attn_func.
@@ -552,11 +580,9 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         out: (batch, seqlen_q, nheads, headdim_v), or (out, softmax_lse (batch, nheads, seqlen_q),
         float32) with return_softmax_lse.
     """
-    if cache_leftpad is not None:
-        raise UnsupportedError("argument 'cache_leftpad': not supported by flashattn yet", "cache_leftpad",
-                               "unsupported")
     out, lse = _kvcache(q, k_cache, v_cache, k, v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, block_table=block_table,
+                        cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                        block_table=block_table,
                         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                         rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits)
     return (out, lse) if _args.flag(return_softmax_lse, "return_softmax_lse") else out
@@ -684,19 +710,20 @@ def _flash_attn_varlen_forward(q: Array, k: Array, v: Array, cu_seqlens_q: Array
         max_seqlen_q, max_seqlen_k: int, the longest sequences.
         dropout_p, softmax_scale, causal, window_size_left, window_size_right, softcap,
         alibi_slopes, return_softmax: as _flash_attn_forward.
-        block_table, leftpad_k: not supported yet (UnsupportedError when given).
+        block_table: int32 (batch, max_num_blocks_per_seq), optional: k and v are paged, as in
+            flash_attn_varlen_func (no dropout).
+        leftpad_k: not supported yet (UnsupportedError when given).
         seqused_k: int32 (batch,), optional: keys used per sequence.
 
     Returns:
         (out (total_q, nheads, headdim_v), softmax_lse float32 (nheads, total_q), S_dmask, rng_state).
     """
-    _no_paged_varlen(block_table)
     if leftpad_k is not None:
         raise UnsupportedError("argument 'leftpad_k': not supported by flashattn yet", "leftpad_k", "unsupported")
     call = _Call(q, k, v, varlen=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, dropout_p=dropout_p,
                  softmax_scale=softmax_scale, causal=causal, window_size=(window_size_left, window_size_right),
-                 softcap=softcap, alibi_slopes=alibi_slopes)
+                 softcap=softcap, alibi_slopes=alibi_slopes, block_table=block_table)
     return _raw_forward(call, return_softmax)
 
 

@@ -64,7 +64,7 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         max_seqlen_k: int = 0, softmax_scale: Optional[float] = None, causal: bool = False,
         window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Optional[Array] = None,
         dropout_p: float = 0.0, dropout_seed: Optional[int] = None, dropout_offset: int = 0,
-        num_splits: int = 1) -> Tuple[Array, Array, Tuple[int, int]]:
+        num_splits: int = 1, block_table: Optional[Array] = None) -> Tuple[Array, Array, Tuple[int, int]]:
     """Forward attention on the CPU backend, the C++ API's fwd.
 
     Arguments:
@@ -79,6 +79,8 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         dropout_p: float in [0, 1); dropout_seed (None: drawn from numpy's global generator) and
             dropout_offset: the Philox stream of the mask.
         num_splits: int, split-KV chunks (1 = off, 0 = the library chooses).
+        block_table: int32 (batch, max_blocks_per_seq), varlen only: k and v are paged
+            (num_blocks, page_size, heads_k, d[_v]); sequence b's keys are found through row b.
 
     Returns:
         (out, softmax_lse, (dropout_seed, dropout_offset)); pass the last to ``bwd``. lse is
@@ -87,7 +89,7 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
     """
     _check_arrays(q=q, k=k, v=v)
     _check_arrays(optional=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
-                  alibi_slopes=alibi_slopes)
+                  alibi_slopes=alibi_slopes, block_table=block_table)
     out_dtype = q.dtype
     q, k, v = (_last_dim_contiguous(_as_compute(x)) for x in (q, k, v))
     varlen = cu_seqlens_q is not None
@@ -112,7 +114,7 @@ def fwd(q: Array, k: Array, v: Array, *, cu_seqlens_q: Optional[Array] = None,
         softmax_scale=_args.optional_real(softmax_scale, "softmax_scale"), causal=_args.flag(causal, "causal"),
         window_left=window_left, window_right=window_right, softcap=_args.real(softcap, "softcap"),
         alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=seed, dropout_offset=offset,
-        num_splits=_args.integer(num_splits, "num_splits"), backend="cpu"))
+        num_splits=_args.integer(num_splits, "num_splits"), block_table=block_table, backend="cpu"))
     return out.astype(out_dtype, copy=False), lse, (seed, offset)
 
 
@@ -156,48 +158,61 @@ def bwd(dout: Array, q: Array, k: Array, v: Array, out: Array, softmax_lse: Arra
 
 def fwd_kvcache(q: Array, k_cache: Array, v_cache: Array, *, k_new: Optional[Array] = None,
                 v_new: Optional[Array] = None, cache_seqlens: Optional[Array] = None,
-                cache_batch_idx: Optional[Array] = None, block_table: Optional[Array] = None,
-                rotary_cos: Optional[Array] = None, rotary_sin: Optional[Array] = None,
+                cache_batch_idx: Optional[Array] = None, cache_leftpad: Optional[Array] = None,
+                block_table: Optional[Array] = None, rotary_cos: Optional[Array] = None,
+                rotary_sin: Optional[Array] = None,
                 rotary_interleaved: bool = False, softmax_scale: Optional[float] = None, causal: bool = False,
                 window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                alibi_slopes: Optional[Array] = None, num_splits: int = 0) -> Tuple[Array, Array]:
+                alibi_slopes: Optional[Array] = None, num_splits: int = 0, cu_seqlens_q: Optional[Array] = None,
+                max_seqlen_q: int = 0) -> Tuple[Array, Array]:
     """Attention of q over a KV cache, appending k_new/v_new into k_cache/v_cache in place (so the
     caches must then be writable arrays of q's dtype; without k_new/v_new they are only read, and
     read-only arrays are accepted).
 
     Arguments:
-        q: (batch, seqlen_q, heads_q, d). k_cache, v_cache: (batch_cache, seqlen_cache, heads_k,
+        q: (batch, seqlen_q, heads_q, d), or (total_q, heads_q, d) with cu_seqlens_q. k_cache, v_cache: (batch_cache, seqlen_cache, heads_k,
             d[_v]) or paged (num_blocks, page_size, heads_k, d[_v]).
         k_new, v_new: (batch, seqlen_new, heads_k, d[_v]), optional, appended at cache_seqlens.
         cache_seqlens: int32 (batch,), tokens already in each cache row (None: all of them).
         cache_batch_idx: int32 (batch,), the cache row of each batch entry.
+        cache_leftpad: int32 (batch,), the cache position where each sequence starts (left padding).
         block_table: int32 (batch, max_blocks), the pages of a paged cache.
         rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2), optional; rotary_interleaved: bool.
         softmax_scale, causal, window_size, softcap, alibi_slopes: as fwd.
         num_splits: int, split-KV chunks (0 = the library chooses).
+        cu_seqlens_q: int32 (batch + 1,), optional: varlen queries; max_seqlen_q their longest
+            sequence (0: derived).
 
     Returns:
-        (out (batch, seqlen_q, heads_q, d_v), softmax_lse float32 (batch, heads_q, seqlen_q)).
+        (out (batch, seqlen_q, heads_q, d_v), softmax_lse float32 (batch, heads_q, seqlen_q)); varlen
+        out (total_q, heads_q, d_v) and softmax_lse (heads_q, total_q).
     """
     _check_arrays(q=q, k_cache=k_cache, v_cache=v_cache)
     _check_arrays(optional=True, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
-                  cache_batch_idx=cache_batch_idx, block_table=block_table, rotary_cos=rotary_cos,
-                  rotary_sin=rotary_sin, alibi_slopes=alibi_slopes)
+                  cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+                  rotary_cos=rotary_cos, rotary_sin=rotary_sin, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q)
     if k_new is not None or v_new is not None:
         for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             if not cache.flags.writeable:
                 raise _args.value_error(name, "must be writable when k/v are appended into it", "a read-only array")
     q, k_new, v_new = (_last_dim_contiguous(x) for x in (q, k_new, v_new))
     window_left, window_right = _args.window(window_size)
-    out = np.empty(q.shape[:-1] + (v_cache.shape[-1],), dtype=q.dtype)
-    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32) if q.ndim == 4 else None
+    if cu_seqlens_q is not None:
+        # Rows past cu_seqlens_q[-1] belong to no sequence: 0 / -inf, as in fwd.
+        out = np.zeros(q.shape[:-1] + (v_cache.shape[-1],), dtype=q.dtype)
+        lse = np.full((q.shape[1], q.shape[0]), -np.inf, dtype=np.float32) if q.ndim == 3 else None
+    else:
+        out = np.empty(q.shape[:-1] + (v_cache.shape[-1],), dtype=q.dtype)
+        lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32) if q.ndim == 4 else None
     raise_for_status(_ext.fwd_kvcache(
         q, k_cache, v_cache, out, k_new=k_new, v_new=v_new, cache_seqlens=cache_seqlens,
-        cache_batch_idx=cache_batch_idx, block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+        rotary_cos=rotary_cos, rotary_sin=rotary_sin,
         rotary_interleaved=_args.flag(rotary_interleaved, "rotary_interleaved"), softmax_lse=lse,
         softmax_scale=_args.optional_real(softmax_scale, "softmax_scale"), causal=_args.flag(causal, "causal"),
         window_left=window_left, window_right=window_right, softcap=_args.real(softcap, "softcap"),
-        alibi_slopes=alibi_slopes, num_splits=_args.integer(num_splits, "num_splits"), backend="cpu"))
+        alibi_slopes=alibi_slopes, num_splits=_args.integer(num_splits, "num_splits"), cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=_seqlen(max_seqlen_q, "max_seqlen_q"), backend="cpu"))
     return out, lse
 
 

@@ -20,8 +20,8 @@ call with a torch tensor).
   results cast back; this exists for torch.autograd.gradcheck on tiny inputs, whose tolerances must
   then be those of float32 arithmetic (see tests/python/test_torch.py).
 """
-from __future__ import annotations
-
+# No "from __future__ import annotations" here: torch.library.custom_op reads the type hints, and
+# torch 2.4/2.5 cannot resolve string annotations such as "Tuple[Tensor, Tensor, Tensor]".
 import contextlib
 from typing import Any, ContextManager, List, Optional, Tuple
 
@@ -91,9 +91,10 @@ def _draw_rng_state(dropout_p: float) -> Tensor:
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
         window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-        num_splits: int) -> Tuple[Tensor, Tensor, Tensor]:
+        num_splits: int, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Forward attention: (out, softmax_lse, rng_state). Dense (batch, seqlen, heads, d) or varlen
-    (total, heads, d) with int32 cu_seqlens."""
+    (total, heads, d) with int32 cu_seqlens; with block_table (varlen only) k and v are paged
+    (num_blocks, page_size, heads_k, d)."""
     varlen = cu_seqlens_q is not None
     qc, kc, vc = (_last_dim_contiguous(_compute(x)) for x in (q, k, v))
     if varlen:
@@ -112,13 +113,13 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
             seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
             softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
             softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
-            dropout_offset=offset, num_splits=num_splits, stream=_stream(q)))
+            dropout_offset=offset, num_splits=num_splits, block_table=_dl(block_table), stream=_stream(q)))
     return out.to(q.dtype), lse, rng_state
 
 
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits):
+      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits, block_table=None):
     varlen = cu_seqlens_q is not None
     out = q.new_empty(_out_shape(q, v))
     lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
@@ -192,29 +193,37 @@ class FlashAttnFunc(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------
 @torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
 def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
-                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
-                rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
+                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
+                block_table: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
-                alibi_slopes: Optional[Tensor], num_splits: int) -> Tuple[Tensor, Tensor]:
-    """Attention over a KV cache; k_new/v_new are appended into the caches in place."""
+                alibi_slopes: Optional[Tensor], num_splits: int, cu_seqlens_q: Optional[Tensor] = None,
+                max_seqlen_q: int = 0) -> Tuple[Tensor, Tensor]:
+    """Attention over a KV cache; k_new/v_new are appended into the caches in place. With
+    cu_seqlens_q, q is (total_q, heads, d) and softmax_lse (heads, total_q)."""
     q, k_new, v_new = (None if t is None else _last_dim_contiguous(t.detach()) for t in (q, k_new, v_new))
-    out = torch.empty(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
-    lse = torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device)
+    varlen = cu_seqlens_q is not None
+    alloc = torch.zeros if varlen else torch.empty  # varlen rows past the last sequence: 0 / -inf
+    out = alloc(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+    lse = (torch.full(_lse_shape(q, True), float("-inf"), dtype=torch.float32, device=q.device) if varlen
+           else torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device))
     with _on_device(q):
         raise_for_status(_ext.fwd_kvcache(
             q, k_cache.detach(), v_cache.detach(), out, k_new=k_new, v_new=v_new,
-            cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx), block_table=_dl(block_table),
+            cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx),
+            cache_leftpad=_dl(cache_leftpad), block_table=_dl(block_table),
             rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
             softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
             window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
-            stream=_stream(q)))
+            cu_seqlens_q=_dl(cu_seqlens_q), max_seqlen_q=max_seqlen_q, stream=_stream(q)))
     return out, lse
 
 
 @fwd_kvcache.register_fake
-def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, block_table, rotary_cos, rotary_sin,
-      rotary_interleaved, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, num_splits):
-    return q.new_empty(_out_shape(q, v_cache)), q.new_empty(_lse_shape(q, False), dtype=torch.float32)
+def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos,
+      rotary_sin, rotary_interleaved, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
+      num_splits, cu_seqlens_q=None, max_seqlen_q=0):
+    varlen = cu_seqlens_q is not None
+    return q.new_empty(_out_shape(q, v_cache)), q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,22 +265,23 @@ def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional
                       cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
                       max_seqlen_k: int, softmax_scale: float, causal: bool, window_size: Tuple[int, int],
                       softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-                      num_splits: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call."""
+                      num_splits: int, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call,
+    and varlen queries over a paged k/v (block_table), which has no backward."""
     with torch.no_grad():
         return torch.ops.flashattn.fwd(
             q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
             int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
-            float(softcap), alibi_slopes, float(dropout_p), int(num_splits))
+            float(softcap), alibi_slopes, float(dropout_p), int(num_splits), block_table)
 
 
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) -> Tuple[Tensor, Tensor]:
     window_left, window_right = kw.pop("window_size")
     return torch.ops.flashattn.fwd_kvcache(
         q, k_cache, v_cache, kw["k_new"], kw["v_new"], kw["cache_seqlens"], kw["cache_batch_idx"],
-        kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
+        kw["cache_leftpad"], kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
         float(kw["softmax_scale"]), bool(kw["causal"]), int(window_left), int(window_right), float(kw["softcap"]),
-        kw["alibi_slopes"], int(kw["num_splits"]))
+        kw["alibi_slopes"], int(kw["num_splits"]), kw["cu_seqlens_q"], int(kw["max_seqlen_q"]))
 
 
 def combine_partials(out_partial: Tensor, lse_partial: Tensor, out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:

@@ -200,13 +200,14 @@ StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const Out
                  const OutArray& softmax_lse, const InArray& cu_seqlens_q, const InArray& cu_seqlens_k,
                  const InArray& seqused_k, int max_seqlen_q, int max_seqlen_k, std::optional<float> softmax_scale,
                  bool causal, int window_left, int window_right, float softcap, const InArray& alibi_slopes,
-                 float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, int num_splits, uintptr_t stream,
-                 const std::string& backend) {
+                 float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, int num_splits,
+                 const InArray& block_table, uintptr_t stream, const std::string& backend) {
   return run_entry([&]() -> StatusResult {
     flashattn::FwdParams p;
     p.q = to_view(q, "q");
     p.k = to_view(k, "k");
     p.v = to_view(v, "v");
+    p.block_table = to_view(block_table, "block_table");
     p.out = to_view(out, "out");
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
     fill_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, &p);
@@ -246,14 +247,17 @@ StatusResult bwd(const InArray& dout, const InArray& q, const InArray& k, const 
 // valid, so they arrive as read-only views and the Python layer checks writability for appends.
 StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray& v_cache, const OutArray& out,
                          const InArray& k_new, const InArray& v_new, const InArray& cache_seqlens,
-                         const InArray& cache_batch_idx, const InArray& block_table, const InArray& rotary_cos,
+                         const InArray& cache_batch_idx, const InArray& cache_leftpad, const InArray& block_table,
+                         const InArray& rotary_cos,
                          const InArray& rotary_sin, bool rotary_interleaved, const OutArray& softmax_lse,
                          std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
-                         float softcap, const InArray& alibi_slopes, int num_splits, uintptr_t stream,
-                         const std::string& backend) {
+                         float softcap, const InArray& alibi_slopes, int num_splits, const InArray& cu_seqlens_q,
+                         int max_seqlen_q, uintptr_t stream, const std::string& backend) {
   return run_entry([&]() -> StatusResult {
     flashattn::KvCacheParams p;
     p.q = to_view(q, "q");
+    p.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
+    p.max_seqlen_q = max_seqlen_q;
     p.k_cache = to_view(k_cache, "k_cache");
     p.v_cache = to_view(v_cache, "v_cache");
     p.out = to_view(out, "out");
@@ -261,6 +265,7 @@ StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray
     p.v_new = to_view(v_new, "v_new");
     p.cache_seqlens = to_view(cache_seqlens, "cache_seqlens");
     p.cache_batch_idx = to_view(cache_batch_idx, "cache_batch_idx");
+    p.cache_leftpad = to_view(cache_leftpad, "cache_leftpad");
     p.block_table = to_view(block_table, "block_table");
     p.rotary_cos = to_view(rotary_cos, "rotary_cos");
     p.rotary_sin = to_view(rotary_sin, "rotary_sin");
@@ -330,8 +335,8 @@ NB_MODULE(_ext, m) {
         "cu_seqlens_q"_a.none() = none, "cu_seqlens_k"_a.none() = none, "seqused_k"_a.none() = none,
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "softmax_scale"_a.none() = none, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "alibi_slopes"_a.none() = none,
-        "dropout_p"_a = 0.f, "dropout_seed"_a = 0, "dropout_offset"_a = 0, "num_splits"_a = 1, "stream"_a = 0,
-        "backend"_a = "auto");
+        "dropout_p"_a = 0.f, "dropout_seed"_a = 0, "dropout_offset"_a = 0, "num_splits"_a = 1,
+        "block_table"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
   m.def("bwd", &bwd, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "softmax_lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "cu_seqlens_q"_a.none() = none, "cu_seqlens_k"_a.none() = none,
         "seqused_k"_a.none() = none, "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
@@ -340,11 +345,12 @@ NB_MODULE(_ext, m) {
         "dropout_offset"_a = 0, "deterministic"_a = false, "stream"_a = 0, "backend"_a = "auto");
   m.def("fwd_kvcache", &fwd_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, nb::kw_only(),
         "k_new"_a.none() = none, "v_new"_a.none() = none, "cache_seqlens"_a.none() = none,
-        "cache_batch_idx"_a.none() = none, "block_table"_a.none() = none, "rotary_cos"_a.none() = none,
+        "cache_batch_idx"_a.none() = none, "cache_leftpad"_a.none() = none, "block_table"_a.none() = none,
+        "rotary_cos"_a.none() = none,
         "rotary_sin"_a.none() = none, "rotary_interleaved"_a = false, "softmax_lse"_a.none() = none,
         "softmax_scale"_a.none() = none, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-        "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "stream"_a = 0,
-        "backend"_a = "auto");
+        "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "cu_seqlens_q"_a.none() = none,
+        "max_seqlen_q"_a = 0, "stream"_a = 0, "backend"_a = "auto");
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, nb::kw_only(),
         "softmax_lse"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
   m.def("dropout_mask", &dropout_mask, "mask"_a, "dropout_p"_a, "dropout_seed"_a, "dropout_offset"_a);

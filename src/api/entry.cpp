@@ -132,10 +132,12 @@ Status run_fwd_kvcache(Target target, const KvCacheProblem& problem, [[maybe_unu
     case Target::Cpu: return cpu::fwd_kvcache(problem);
 #if defined(FLASHATTN_WITH_CUDA)
     case Target::Fa2: return fa2::fwd_kvcache(problem, stream);
+    case Target::Fa3:
+      return unsupported("backend", "fa3 has no fwd_kvcache kernel; backend auto or fa2 runs it on this GPU");
 #else
     case Target::Fa2:
-#endif
     case Target::Fa3: break;
+#endif
   }
   return kernels_not_built(target);
 }
@@ -144,11 +146,13 @@ Status run_combine(Target target, const CombineProblem& problem, [[maybe_unused]
   switch (target) {
     case Target::Cpu: return cpu::combine(problem);
 #if defined(FLASHATTN_WITH_CUDA)
-    case Target::Fa2: return fa2::combine(problem, stream);
+    // One combine kernel serves both GPU paths (it is plain CUDA, no arch-specific instructions).
+    case Target::Fa2:
+    case Target::Fa3: return fa2::combine(problem, stream);
 #else
     case Target::Fa2:
-#endif
     case Target::Fa3: break;
+#endif
   }
   return kernels_not_built(target);
 }

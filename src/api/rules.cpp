@@ -553,9 +553,40 @@ Status check_cpu_threads(int threads, int max_threads) {
 // ---------------------------------------------------------------------------------------------
 // KV cache
 // ---------------------------------------------------------------------------------------------
-Status check_page_size(int64_t page_size) {
+Status check_page_size(int64_t page_size, std::string_view name) {
   if (page_size < 1)
-    return invalid_argument("k_cache", "page_size (dim 1 of a paged cache) must be >= 1", std::to_string(page_size));
+    return invalid_argument(name, "page_size (dim 1 of a paged cache) must be >= 1", std::to_string(page_size));
+  return {};
+}
+
+Status check_paged_needs_varlen(bool varlen) {
+  if (!varlen)
+    return invalid_argument("block_table",
+                            "a paged k/v in fwd needs the varlen layout (cu_seqlens_q and cu_seqlens_k give the "
+                            "sequences; fwd_kvcache takes a paged cache with dense queries)",
+                            "no cu_seqlens_q");
+  return {};
+}
+
+Status check_paged_seqlens_contents(const TensorView& cu_seqlens_k, int64_t batch, int64_t capacity) {
+  if (cu_seqlens_k.device != DeviceType::Cpu) return {};
+  FA_CHECK(check_cu_seqlens_contents(cu_seqlens_k, "cu_seqlens_k", batch, INT32_MAX, "int32 range"));
+  const int32_t* v = int_data(cu_seqlens_k);
+  for (int64_t b = 0; b < batch; ++b)
+    if (int64_t(v[b + 1]) - v[b] > capacity)
+      return invalid_argument("cu_seqlens_k",
+                              "no sequence may have more keys than a block_table row holds (max_blocks_per_seq * "
+                              "page_size = " + std::to_string(capacity) + ")",
+                              "sequence " + std::to_string(b) + " has " + std::to_string(int64_t(v[b + 1]) - v[b]));
+  return {};
+}
+
+Status check_paged_max_seqlen(int max_seqlen_k, int64_t capacity) {
+  if (max_seqlen_k > capacity)
+    return invalid_argument("max_seqlen_k",
+                            "must be <= what a block_table row holds (max_blocks_per_seq * page_size = " +
+                                std::to_string(capacity) + ")",
+                            std::to_string(max_seqlen_k));
   return {};
 }
 
@@ -604,21 +635,39 @@ Status check_cache_batch_idx_contents(const TensorView& index, int64_t batch, in
   return {};
 }
 
-Status check_block_table_contents(const TensorView& block_table, int64_t batch, int64_t num_blocks,
-                                  int64_t page_size, const int32_t* cache_seqlens, int64_t seqlen_new) {
+Status check_cache_leftpad_contents(const TensorView& leftpad, int64_t batch, const int32_t* cache_seqlens,
+                                    int64_t capacity) {
+  if (leftpad.device != DeviceType::Cpu) return {};  // kernels see no keys where it passes the end
+  const int32_t* v = int_data(leftpad);
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::string entry = "cache_leftpad[" + std::to_string(b) + "] = " + std::to_string(v[b]);
+    if (v[b] < 0) return invalid_argument("cache_leftpad", "entries must be >= 0", entry);
+    if (cache_seqlens != nullptr && v[b] > cache_seqlens[b])
+      return invalid_argument("cache_leftpad", "cache_leftpad[b] must be <= cache_seqlens[b] (" +
+                                                   std::to_string(cache_seqlens[b]) + ")",
+                              entry);
+    if (v[b] > capacity)
+      return invalid_argument("cache_leftpad",
+                              "entries must be <= the cache capacity (" + std::to_string(capacity) + ")", entry);
+  }
+  return {};
+}
+
+Status check_block_table_contents(const TensorView& block_table, int64_t num_blocks, int64_t page_size,
+                                  const std::vector<PositionRange>& used, std::string_view cache_name) {
   if (block_table.device != DeviceType::Cpu) return {};  // kernels clamp
   const int32_t* v = int_data(block_table);
   const int64_t max_blocks = block_table.shape[1], row_stride = block_table.stride[0];
-  for (int64_t b = 0; b < batch; ++b) {
-    // Only the pages holding keys are read; the rest of the row may hold anything (e.g. -1).
-    const int64_t keys = cache_seqlens != nullptr ? int64_t(cache_seqlens[b]) + seqlen_new : max_blocks * page_size;
-    const int64_t pages = std::min(max_blocks, (keys + page_size - 1) / page_size);
-    for (int64_t p = 0; p < pages; ++p) {
+  for (int64_t b = 0; b < int64_t(used.size()); ++b) {
+    const PositionRange r = used[size_t(b)];
+    if (r.begin >= r.end) continue;
+    const int64_t pages = std::min(max_blocks, (r.end + page_size - 1) / page_size);
+    for (int64_t p = r.begin / page_size; p < pages; ++p) {
       const int32_t block = v[b * row_stride + p];
       if (block < 0 || block >= num_blocks)
         return invalid_argument("block_table",
-                                "entries for the pages in use must be in [0, num_blocks of k_cache (" +
-                                    std::to_string(num_blocks) + "))",
+                                "entries for the pages in use must be in [0, num_blocks of " + std::string(cache_name) +
+                                    " (" + std::to_string(num_blocks) + "))",
                                 "block_table[" + std::to_string(b) + "][" + std::to_string(p) +
                                     "] = " + std::to_string(block));
     }
@@ -676,12 +725,13 @@ Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim) {
 }
 
 Status check_rotary_length(int64_t seqlen_ro, int64_t batch, const int32_t* cache_seqlens, int64_t seqlen_new,
-                           int64_t seqlen_q, bool q_per_row) {
+                           int64_t seqlen_q, const int32_t* cu_seqlens_q, bool q_per_row) {
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t first = cache_seqlens != nullptr ? int64_t(cache_seqlens[b]) : 0;
+    const int64_t rows = cu_seqlens_q != nullptr ? int64_t(cu_seqlens_q[b + 1]) - cu_seqlens_q[b] : seqlen_q;
     int64_t needed = 0;  // one past the largest position sequence b rotates
     if (seqlen_new > 0) needed = std::max(needed, first + seqlen_new);
-    if (seqlen_q > 0) needed = std::max(needed, first + (q_per_row ? seqlen_q : 1));
+    if (rows > 0) needed = std::max(needed, first + (q_per_row ? rows : 1));
     if (seqlen_ro < needed)
       return invalid_argument("rotary_cos",
                               "seqlen_ro (dim 0) must cover every rotated position (sequence " + std::to_string(b) +

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "flashattn/flashattn.h"
 
@@ -157,7 +158,14 @@ Status check_cpu_threads(int threads, int max_threads);
 // ---------------------------------------------------------------------------------------------
 // KV cache
 // ---------------------------------------------------------------------------------------------
-Status check_page_size(int64_t page_size);  // >= 1
+Status check_page_size(int64_t page_size, std::string_view name = "k_cache");  // >= 1
+// A paged k/v in fwd comes with the varlen layout (cu_seqlens give the key lengths).
+Status check_paged_needs_varlen(bool varlen);
+// cu_seqlens_k of a paged k/v: starts at 0, non-decreasing, no sequence longer than a table row
+// holds (capacity = max_blocks_per_seq * page_size). Host tensors only.
+Status check_paged_seqlens_contents(const TensorView& cu_seqlens_k, int64_t batch, int64_t capacity);
+// max_seqlen_k <= capacity: the kernels read that many positions through the table.
+Status check_paged_max_seqlen(int max_seqlen_k, int64_t capacity);
 // A dense cache without cache_batch_idx holds sequence b in row b.
 Status check_cache_rows(int64_t batch_cache, int64_t batch);
 // cache rows + appended keys within the cache: capacity fits int32.
@@ -168,11 +176,18 @@ Status check_cache_seqlens_contents(const TensorView& cache_seqlens, int64_t bat
 // Entries in [0, batch_cache); distinct when the call appends (two sequences, one cache row).
 Status check_cache_batch_idx_contents(const TensorView& index, int64_t batch, int64_t batch_cache,
                                       bool must_be_distinct);
-// Pages covering keys [0, cache_seqlens[b] + seqlen_new) (the whole row without cache_seqlens)
-// name existing blocks.
-Status check_block_table_contents(const TensorView& block_table, int64_t batch, int64_t num_blocks,
-                                  int64_t page_size, const int32_t* cache_seqlens,
-                                  int64_t seqlen_new);
+// 0 <= cache_leftpad[b] <= cache_seqlens[b] (the capacity without cache_seqlens): a sequence
+// starts at or before its end.
+Status check_cache_leftpad_contents(const TensorView& leftpad, int64_t batch, const int32_t* cache_seqlens,
+                                    int64_t capacity);
+// Positions [begin, end) of one sequence that a call reads or writes.
+struct PositionRange {
+  int64_t begin = 0, end = 0;
+};
+// The pages covering each sequence's used positions name existing blocks (the rest of a row may
+// hold anything, e.g. -1). `used` has one range per row of the table; host tables only.
+Status check_block_table_contents(const TensorView& block_table, int64_t num_blocks, int64_t page_size,
+                                  const std::vector<PositionRange>& used, std::string_view cache_name);
 // Appending (seqlen_new > 0): a page that new keys are written into appears once among the pages
 // in use, else two sequences would write one page, or one would read keys another is writing.
 // Pages without new keys may be shared (prefix sharing). Host tables only (after the contents check).
@@ -180,8 +195,9 @@ Status check_block_table_writes(const TensorView& block_table, int64_t batch, in
                                 const int32_t* cache_seqlens, int64_t seqlen_new);
 Status check_rotary_dim(int64_t rotary_dim, int64_t head_dim);  // in [2, head_dim], even
 // The table covers every position used: cache_seqlens[b] + seqlen_new keys, and q's positions.
+// q's rows: seqlen_q each, or cu_seqlens_q's (host) lengths when given.
 Status check_rotary_length(int64_t seqlen_ro, int64_t batch, const int32_t* cache_seqlens,
-                           int64_t seqlen_new, int64_t seqlen_q, bool q_per_row);
+                           int64_t seqlen_new, int64_t seqlen_q, const int32_t* cu_seqlens_q, bool q_per_row);
 Status check_splits(int64_t splits, std::string_view name);  // combine: >= 1
 
 }  // namespace flashattn::api

@@ -99,6 +99,15 @@ RowsView varlen_rows(const TensorView& t, const TensorView& cu_seqlens) {
   return rows;
 }
 
+// (num_blocks, page_size, heads, dim) pages, sequence b's page p at block_table[b][p].
+RowsView paged_rows(const TensorView& t, const TensorView& block_table) {
+  RowsView rows = dense_rows(t);  // batch_stride is the page stride; rows within a page use row_stride
+  rows.block_table = int_pointer(block_table);
+  rows.block_table_stride = block_table.stride[0];
+  rows.page_size = t.shape[1];
+  return rows;
+}
+
 // (batch, heads, seqlen) dense, or (heads, total) with cu_seqlens.
 LseView lse_view(const TensorView& t, const TensorView& cu_seqlens_q) {
   LseView lse;
@@ -149,6 +158,7 @@ struct AttentionArgs {
   const TensorView& v;
   const TensorView& out;
   const TensorView& lse;
+  const TensorView& block_table;  // forward only: a paged k/v under varlen queries
   bool lse_required;
   bool allow_f32_outputs;
 };
@@ -159,6 +169,8 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   const TensorView &q = a.q, &k = a.k, &v = a.v, &out = a.out, &lse = a.lse;
   const TensorView &cu_q = a.varlen.cu_seqlens_q, &cu_k = a.varlen.cu_seqlens_k, &seqused = a.varlen.seqused_k;
   const TensorView& alibi = a.options.alibi_slopes;
+  const TensorView& table = a.block_table;
+  const bool paged = table.defined();
 
   // Presence.
   FA_CHECK(check_defined(q, "q"));
@@ -168,27 +180,34 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   if (a.lse_required) FA_CHECK(check_defined(lse, "softmax_lse"));
   FA_CHECK(check_paired(cu_q, "cu_seqlens_q", cu_k, "cu_seqlens_k"));
   const bool varlen = cu_q.defined();
+  if (paged) FA_CHECK(check_paged_needs_varlen(varlen));
 
   // Placement and dtypes.
   FA_CHECK(check_all_same_device({{k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"}, {alibi, "alibi_slopes"},
-                                  {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}},
+                                  {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"},
+                                  {table, "block_table"}},
                                  q, "q"));
   FA_CHECK(check_attention_dtype(q, "q"));
   FA_CHECK(check_dtype_matches(k, "k", q.dtype, "q"));
   FA_CHECK(check_dtype_matches(v, "v", q.dtype, "q"));
   FA_CHECK(check_output_dtype(out, "out", q.dtype, a.allow_f32_outputs));
   FA_CHECK(check_all_dtype({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}}, DType::F32));
-  FA_CHECK(check_all_dtype({{cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}}, DType::I32));
+  FA_CHECK(check_all_dtype(
+      {{cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}, {table, "block_table"}}, DType::I32));
 
-  // Ranks: 4 dense, 3 varlen (rows of all sequences packed).
-  const int rank = varlen ? 3 : 4;
+  // Ranks: 4 dense, 3 varlen (rows of all sequences packed); a paged k/v is 4 (pages of rows).
+  const int rank = varlen ? 3 : 4, rank_k = paged ? 4 : rank;
   FA_CHECK(check_ndim(q, "q", rank,
                       varlen ? "(total_q, heads_q, head_dim) with cu_seqlens" : "(batch, seqlen_q, heads_q, head_dim)"));
-  FA_CHECK(check_ndim(k, "k", rank,
-                      varlen ? "(total_k, heads_k, head_dim) with cu_seqlens" : "(batch, seqlen_k, heads_k, head_dim)"));
-  FA_CHECK(check_ndim(v, "v", rank,
-                      varlen ? "(total_k, heads_k, head_dim_v) with cu_seqlens"
-                             : "(batch, seqlen_k, heads_k, head_dim_v)"));
+  FA_CHECK(check_ndim(k, "k", rank_k,
+                      paged    ? "(num_blocks, page_size, heads_k, head_dim) with block_table"
+                      : varlen ? "(total_k, heads_k, head_dim) with cu_seqlens"
+                               : "(batch, seqlen_k, heads_k, head_dim)"));
+  FA_CHECK(check_ndim(v, "v", rank_k,
+                      paged    ? "(num_blocks, page_size, heads_k, head_dim_v) with block_table"
+                      : varlen ? "(total_k, heads_k, head_dim_v) with cu_seqlens"
+                               : "(batch, seqlen_k, heads_k, head_dim_v)"));
+  if (paged) FA_CHECK(check_ndim(table, "block_table", 2, "(batch, max_blocks_per_seq)"));
   FA_CHECK(check_ndim(out, "out", rank,
                       varlen ? "(total_q, heads_q, head_dim_v) with cu_seqlens"
                              : "(batch, seqlen_q, heads_q, head_dim_v)"));
@@ -204,17 +223,29 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
 
   // Sizes and their consistency across tensors.
   const int64_t batch = varlen ? cu_q.shape[0] - 1 : q.shape[0];
-  const int64_t rows_q = q.shape[rank - 3], rows_k = k.shape[rank - 3];  // seqlen (dense) or total (varlen)
-  const int64_t heads_q = q.shape[rank - 2], heads_k = k.shape[rank - 2];
-  const int64_t head_dim = q.shape[rank - 1], head_dim_v = v.shape[rank - 1];
+  // seqlen (dense) or total (varlen); a paged k/v holds max_blocks_per_seq * page_size per sequence
+  const int64_t rows_q = q.shape[rank - 3];
+  const int64_t rows_k = paged ? table.shape[1] * k.shape[1] : k.shape[rank_k - 3];
+  const int64_t heads_q = q.shape[rank - 2], heads_k = k.shape[rank_k - 2];
+  const int64_t head_dim = q.shape[rank - 1], head_dim_v = v.shape[rank_k - 1];
   FA_CHECK(check_heads_positive(heads_q, "q", "heads_q"));
   FA_CHECK(check_heads_positive(heads_k, "k", "heads_k"));
   FA_CHECK(check_gqa(heads_q, heads_k, "k"));
   FA_CHECK(check_head_dim(head_dim, "q", "head_dim"));
   FA_CHECK(check_head_dim(head_dim_v, "v", "head_dim_v"));
-  if (varlen) {
+  if (paged) {
+    FA_CHECK(check_page_size(k.shape[1], "k"));
+    FA_CHECK(check_dim(k, "k", 3, {head_dim, "the head_dim of q"}));
+    FA_CHECK(check_shape(v, "v",
+                         {{k.shape[0], "dim 0 of k"}, {k.shape[1], "dim 1 of k"}, {heads_k, "heads_k of k"},
+                          {head_dim_v, "head_dim_v"}}));
+    FA_CHECK(check_dim(table, "block_table", 0, {batch, "the batch (len(cu_seqlens_q) - 1)"}));
+    FA_CHECK(check_cache_capacity(rows_k, "block_table", "max_blocks_per_seq * page_size"));
+  } else if (varlen) {
     FA_CHECK(check_dim(k, "k", 2, {head_dim, "the head_dim of q"}));
     FA_CHECK(check_shape(v, "v", {{rows_k, "the total_k of k"}, {heads_k, "heads_k of k"}, {head_dim_v, "head_dim_v"}}));
+  }
+  if (varlen) {
     FA_CHECK(check_shape(out, "out",
                          {{rows_q, "the total_q of q"}, {heads_q, "heads_q of q"}, {head_dim_v, "the head_dim_v of v"}}));
     if (lse.defined())
@@ -237,18 +268,19 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   if (alibi.defined()) FA_CHECK(check_alibi_shape(alibi, batch, heads_q));
   FA_CHECK(check_all_dims_fit_int32({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"},
                                      {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"},
-                                     {alibi, "alibi_slopes"}}));
+                                     {alibi, "alibi_slopes"}, {table, "block_table"}}));
 
   // Memory layout.
-  FA_CHECK(check_all_last_dim_contiguous(
-      {{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"}, {alibi, "alibi_slopes"}}));
+  FA_CHECK(check_all_last_dim_contiguous({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"},
+                                          {alibi, "alibi_slopes"}, {table, "block_table"}}));
   FA_CHECK(check_all_contiguous({{cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}}));
   FA_CHECK(check_all_aligned({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}}, Alignment::Vectorized));
   FA_CHECK(check_all_aligned({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}, {cu_q, "cu_seqlens_q"},
-                              {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}},
+                              {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}, {table, "block_table"}},
                              Alignment::Element));
   FA_CHECK(check_all_data({{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {lse, "softmax_lse"}, {alibi, "alibi_slopes"},
-                           {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"}}));
+                           {cu_q, "cu_seqlens_q"}, {cu_k, "cu_seqlens_k"}, {seqused, "seqused_k"},
+                           {table, "block_table"}}));
 
   // Sequence lengths (contents of host tensors only).
   SeqLens lens;
@@ -257,11 +289,14 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   lens.cu_seqlens_q = varlen ? int_pointer(cu_q) : nullptr;
   lens.total_q = varlen ? rows_q : batch * rows_q;
   lens.cu_seqlens_k = varlen ? int_pointer(cu_k) : nullptr;
-  lens.total_k = varlen ? rows_k : batch * rows_k;
+  lens.total_k = paged ? 0 : varlen ? rows_k : batch * rows_k;
   lens.seqused_k = int_pointer(seqused);
   if (varlen) {
     FA_CHECK(check_cu_seqlens_contents(cu_q, "cu_seqlens_q", batch, rows_q, "rows of q (total_q)"));
-    FA_CHECK(check_cu_seqlens_contents(cu_k, "cu_seqlens_k", batch, rows_k, "rows of k (total_k)"));
+    if (paged)
+      FA_CHECK(check_paged_seqlens_contents(cu_k, batch, rows_k));
+    else
+      FA_CHECK(check_cu_seqlens_contents(cu_k, "cu_seqlens_k", batch, rows_k, "rows of k (total_k)"));
   }
   if (seqused.defined())
     FA_CHECK(check_seqused_contents(seqused, "seqused_k", batch, varlen ? int_pointer(cu_k) : nullptr, rows_k));
@@ -287,6 +322,12 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
       lens.seqlen_q = max_q;
       lens.seqlen_k = max_k;
     }
+    if (paged) FA_CHECK(check_paged_max_seqlen(max_k, rows_k));
+  }
+  if (paged && table.device == DeviceType::Cpu) {
+    std::vector<PositionRange> used(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) used[size_t(b)] = {0, lens.k(b)};
+    FA_CHECK(check_block_table_contents(table, k.shape[0], k.shape[1], used, "k"));
   }
 
   FA_CHECK(check_options(a.options));
@@ -301,8 +342,8 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   p.head_dim = head_dim;
   p.head_dim_v = head_dim_v;
   p.q = varlen ? varlen_rows(q, cu_q) : dense_rows(q);
-  p.k = varlen ? varlen_rows(k, cu_k) : dense_rows(k);
-  p.v = varlen ? varlen_rows(v, cu_k) : dense_rows(v);
+  p.k = paged ? paged_rows(k, table) : varlen ? varlen_rows(k, cu_k) : dense_rows(k);
+  p.v = paged ? paged_rows(v, table) : varlen ? varlen_rows(v, cu_k) : dense_rows(v);
   p.out = varlen ? varlen_rows(out, cu_q) : dense_rows(out);
   p.lse = lse_view(lse, varlen ? cu_q : TensorView{});
   p.lens = lens;
@@ -329,14 +370,15 @@ Status make_fwd_problem(const FwdParams& params, AttnProblem* problem, ProblemOp
                             {params.alibi_slopes, "alibi_slopes"},
                             {params.cu_seqlens_q, "cu_seqlens_q"},
                             {params.cu_seqlens_k, "cu_seqlens_k"},
-                            {params.seqused_k, "seqused_k"}};
+                            {params.seqused_k, "seqused_k"},
+                            {params.block_table, "block_table"}};
   const NamedList outputs = {{params.out, "out"}, {params.softmax_lse, "softmax_lse"}};
   FA_CHECK(check_all_well_formed(inputs));
   FA_CHECK(check_all_well_formed(outputs));
 
   AttnProblem built;
   FA_CHECK(build_attention({params, params, params, params.q, params.k, params.v, params.out, params.softmax_lse,
-                            /*lse_required=*/false, options.allow_f32_outputs},
+                            params.block_table, /*lse_required=*/false, options.allow_f32_outputs},
                            &built));
   FA_CHECK(check_num_splits(params.num_splits));
   FA_CHECK(check_outputs_disjoint(outputs, inputs));
@@ -364,8 +406,9 @@ Status make_bwd_problem(const BwdParams& params, BwdProblem* problem, ProblemOpt
   FA_CHECK(check_all_well_formed(outputs));
 
   BwdProblem built;
+  const TensorView not_paged;  // the backward takes no paged k/v
   FA_CHECK(build_attention({params, params, params, params.q, params.k, params.v, params.out, params.softmax_lse,
-                            /*lse_required=*/true, options.allow_f32_outputs},
+                            not_paged, /*lse_required=*/true, options.allow_f32_outputs},
                            &built.fwd));
   const bool varlen = params.cu_seqlens_q.defined();
   FA_CHECK(check_defined(dout, "dout"));
@@ -407,15 +450,18 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   const TensorView &q = params.q, &k_cache = params.k_cache, &v_cache = params.v_cache;
   const TensorView &k_new = params.k_new, &v_new = params.v_new, &out = params.out, &lse = params.softmax_lse;
   const TensorView &cache_seqlens = params.cache_seqlens, &batch_idx = params.cache_batch_idx;
+  const TensorView& leftpad = params.cache_leftpad;
   const TensorView &block_table = params.block_table, &cos = params.rotary_cos, &sin = params.rotary_sin;
-  const TensorView& alibi = params.alibi_slopes;
+  const TensorView &alibi = params.alibi_slopes, &cu_q = params.cu_seqlens_q;
   const NamedList all = {{q, "q"},
+                         {cu_q, "cu_seqlens_q"},
                          {k_cache, "k_cache"},
                          {v_cache, "v_cache"},
                          {k_new, "k_new"},
                          {v_new, "v_new"},
                          {cache_seqlens, "cache_seqlens"},
                          {batch_idx, "cache_batch_idx"},
+                         {leftpad, "cache_leftpad"},
                          {block_table, "block_table"},
                          {cos, "rotary_cos"},
                          {sin, "rotary_sin"},
@@ -434,12 +480,14 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   FA_CHECK(check_required_with(cache_seqlens, "cache_seqlens", k_new, "k_new"));
   FA_CHECK(check_absent_with(batch_idx, "cache_batch_idx", block_table, "block_table"));
   const bool paged = block_table.defined(), appends = k_new.defined(), rotary = cos.defined();
+  const bool varlen = cu_q.defined();
 
   // Placement and dtypes.
   FA_CHECK(check_all_same_device({{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
                                   {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                                  {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
-                                  {alibi, "alibi_slopes"}, {out, "out"}, {lse, "softmax_lse"}},
+                                  {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
+                                  {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {out, "out"}, {lse, "softmax_lse"},
+                                  {cu_q, "cu_seqlens_q"}},
                                  q, "q"));
   FA_CHECK(check_attention_dtype(q, "q"));
   for (const Named& n : NamedList{{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
@@ -447,11 +495,18 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     if (n.view.defined()) FA_CHECK(check_dtype_matches(n.view, n.name, q.dtype, "q"));
   FA_CHECK(check_output_dtype(out, "out", q.dtype, options.allow_f32_outputs));
   FA_CHECK(check_all_dtype({{lse, "softmax_lse"}, {alibi, "alibi_slopes"}}, DType::F32));
-  FA_CHECK(check_all_dtype(
-      {{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"}, {block_table, "block_table"}}, DType::I32));
+  FA_CHECK(check_all_dtype({{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
+                            {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cu_q, "cu_seqlens_q"}},
+                           DType::I32));
 
-  // Ranks.
-  FA_CHECK(check_ndim(q, "q", 4, "(batch, seqlen_q, heads_q, head_dim)"));
+  // Ranks: q, out and softmax_lse lose their batch dimension with cu_seqlens_q.
+  const int rank_q = varlen ? 3 : 4;
+  FA_CHECK(check_ndim(q, "q", rank_q,
+                      varlen ? "(total_q, heads_q, head_dim) with cu_seqlens_q" : "(batch, seqlen_q, heads_q, head_dim)"));
+  if (varlen) {
+    FA_CHECK(check_ndim(cu_q, "cu_seqlens_q", 1, "(batch + 1)"));
+    FA_CHECK(check_cu_seqlens_length(cu_q, "cu_seqlens_q"));
+  }
   const char* cache_layout =
       paged ? "(num_blocks, page_size, heads_k, head_dim) with block_table" : "(batch_cache, seqlen_cache, heads_k, head_dim)";
   FA_CHECK(check_ndim(k_cache, "k_cache", 4, cache_layout));
@@ -460,10 +515,14 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     FA_CHECK(check_ndim(k_new, "k_new", 4, "(batch, seqlen_new, heads_k, head_dim)"));
     FA_CHECK(check_ndim(v_new, "v_new", 4, "(batch, seqlen_new, heads_k, head_dim_v)"));
   }
-  FA_CHECK(check_ndim(out, "out", 4, "(batch, seqlen_q, heads_q, head_dim_v)"));
-  if (lse.defined()) FA_CHECK(check_ndim(lse, "softmax_lse", 3, "(batch, heads_q, seqlen_q)"));
+  FA_CHECK(check_ndim(out, "out", rank_q,
+                      varlen ? "(total_q, heads_q, head_dim_v) with cu_seqlens_q" : "(batch, seqlen_q, heads_q, head_dim_v)"));
+  if (lse.defined())
+    FA_CHECK(check_ndim(lse, "softmax_lse", rank_q - 1,
+                        varlen ? "(heads_q, total_q) with cu_seqlens_q" : "(batch, heads_q, seqlen_q)"));
   if (cache_seqlens.defined()) FA_CHECK(check_ndim(cache_seqlens, "cache_seqlens", 1, "(batch)"));
   if (batch_idx.defined()) FA_CHECK(check_ndim(batch_idx, "cache_batch_idx", 1, "(batch)"));
+  if (leftpad.defined()) FA_CHECK(check_ndim(leftpad, "cache_leftpad", 1, "(batch)"));
   if (paged) FA_CHECK(check_ndim(block_table, "block_table", 2, "(batch, max_blocks_per_seq)"));
   if (rotary) {
     FA_CHECK(check_ndim(cos, "rotary_cos", 2, "(seqlen_ro, rotary_dim / 2)"));
@@ -471,7 +530,9 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   }
 
   // Sizes.
-  const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads_q = q.shape[2], head_dim = q.shape[3];
+  const int64_t batch = varlen ? cu_q.shape[0] - 1 : q.shape[0];
+  const int64_t rows_q = q.shape[rank_q - 3];  // seqlen_q, or total_q with cu_seqlens_q
+  const int64_t heads_q = q.shape[rank_q - 2], head_dim = q.shape[rank_q - 1];
   const int64_t heads_k = k_cache.shape[2], head_dim_v = v_cache.shape[3];
   const int64_t seqlen_new = appends ? k_new.shape[1] : 0;
   FA_CHECK(check_heads_positive(heads_q, "q", "heads_q"));
@@ -498,6 +559,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   }
   if (batch_idx.defined()) FA_CHECK(check_dim(batch_idx, "cache_batch_idx", 0, {batch, "the batch of q"}));
   if (cache_seqlens.defined()) FA_CHECK(check_dim(cache_seqlens, "cache_seqlens", 0, {batch, "the batch of q"}));
+  if (leftpad.defined()) FA_CHECK(check_dim(leftpad, "cache_leftpad", 0, {batch, "the batch of q"}));
   if (appends) {
     FA_CHECK(check_shape(k_new, "k_new",
                          {{batch, "the batch of q"}, {seqlen_new, "seqlen_new"}, {heads_k, "heads_k of k_cache"},
@@ -510,12 +572,20 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
     FA_CHECK(check_same_shape(sin, "rotary_sin", cos, "rotary_cos"));
     FA_CHECK(check_rotary_dim(2 * cos.shape[1], head_dim));
   }
-  FA_CHECK(check_shape(out, "out",
-                       {{batch, "the batch of q"}, {seqlen_q, "the seqlen_q of q"}, {heads_q, "heads_q of q"},
-                        {head_dim_v, "the head_dim_v of v_cache"}}));
-  if (lse.defined())
-    FA_CHECK(check_shape(lse, "softmax_lse",
-                         {{batch, "the batch of q"}, {heads_q, "heads_q of q"}, {seqlen_q, "the seqlen_q of q"}}));
+  if (varlen) {
+    FA_CHECK(check_shape(out, "out",
+                         {{rows_q, "the total_q of q"}, {heads_q, "heads_q of q"},
+                          {head_dim_v, "the head_dim_v of v_cache"}}));
+    if (lse.defined())
+      FA_CHECK(check_shape(lse, "softmax_lse", {{heads_q, "heads_q of q"}, {rows_q, "the total_q of q"}}));
+  } else {
+    FA_CHECK(check_shape(out, "out",
+                         {{batch, "the batch of q"}, {rows_q, "the seqlen_q of q"}, {heads_q, "heads_q of q"},
+                          {head_dim_v, "the head_dim_v of v_cache"}}));
+    if (lse.defined())
+      FA_CHECK(check_shape(lse, "softmax_lse",
+                           {{batch, "the batch of q"}, {heads_q, "heads_q of q"}, {rows_q, "the seqlen_q of q"}}));
+  }
   if (alibi.defined()) FA_CHECK(check_alibi_shape(alibi, batch, heads_q));
 
   // Memory layout.
@@ -523,30 +593,55 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                                           {v_new, "v_new"}, {out, "out"}, {lse, "softmax_lse"},
                                           {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
                                           {alibi, "alibi_slopes"}}));
-  FA_CHECK(check_all_contiguous({{cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"}}));
+  FA_CHECK(check_all_contiguous({{cache_seqlens, "cache_seqlens"},
+                                 {batch_idx, "cache_batch_idx"},
+                                 {leftpad, "cache_leftpad"},
+                                 {cu_q, "cu_seqlens_q"}}));
   if (rotary) FA_CHECK(check_same_strides(sin, "rotary_sin", cos, "rotary_cos"));
   FA_CHECK(check_all_aligned(
       {{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"}, {out, "out"}},
       Alignment::Vectorized));
   FA_CHECK(check_all_aligned({{lse, "softmax_lse"}, {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                              {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
-                              {alibi, "alibi_slopes"}},
+                              {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
+                              {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {cu_q, "cu_seqlens_q"}},
                              Alignment::Element));
   FA_CHECK(check_all_data(all));
 
   // Contents (host tensors only).
+  int64_t seqlen_q = rows_q;  // the longest query sequence (an upper bound with CUDA cu_seqlens_q)
+  if (varlen) {
+    FA_CHECK(check_cu_seqlens_contents(cu_q, "cu_seqlens_q", batch, rows_q, "rows of q (total_q)"));
+    FA_CHECK(check_max_seqlen_value(params.max_seqlen_q, "max_seqlen_q"));
+    if (cu_q.device == DeviceType::Cpu) {
+      const int32_t* cu = int_pointer(cu_q);
+      int64_t longest = 0;
+      for (int64_t b = 0; b < batch; ++b) longest = std::max<int64_t>(longest, cu[b + 1] - cu[b]);
+      FA_CHECK(check_max_seqlen_bound(params.max_seqlen_q, "max_seqlen_q", longest));
+      seqlen_q = params.max_seqlen_q > 0 ? params.max_seqlen_q : longest;
+    } else {
+      if (batch > 0) FA_CHECK(check_max_seqlen_derivable(params.max_seqlen_q, "max_seqlen_q", cu_q, "cu_seqlens_q"));
+      seqlen_q = params.max_seqlen_q;
+    }
+  }
   const int32_t* seqlens = int_pointer(cache_seqlens);
   if (cache_seqlens.defined()) FA_CHECK(check_cache_seqlens_contents(cache_seqlens, batch, seqlen_new, capacity));
   if (batch_idx.defined())
     FA_CHECK(check_cache_batch_idx_contents(batch_idx, batch, k_cache.shape[0], /*must_be_distinct=*/appends));
-  if (paged) {
-    FA_CHECK(check_block_table_contents(block_table, batch, k_cache.shape[0], k_cache.shape[1], seqlens, seqlen_new));
+  const int32_t* leftpads = int_pointer(leftpad);
+  if (leftpad.defined()) FA_CHECK(check_cache_leftpad_contents(leftpad, batch, seqlens, capacity));
+  if (paged && block_table.device == DeviceType::Cpu) {
+    std::vector<PositionRange> used(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t end = seqlens != nullptr ? int64_t(seqlens[b]) + seqlen_new : capacity;
+      used[size_t(b)] = {leftpads != nullptr ? std::min<int64_t>(leftpads[b], end) : 0, end};
+    }
+    FA_CHECK(check_block_table_contents(block_table, k_cache.shape[0], k_cache.shape[1], used, "k_cache"));
     if (appends) FA_CHECK(check_block_table_writes(block_table, batch, k_cache.shape[1], seqlens, seqlen_new));
   }
   // Rotary positions of q: one per row with a causal or local mask, else all at the first new one.
   const bool q_per_row = params.causal || params.window_left >= 0 || params.window_right >= 0;
   if (rotary && q.device == DeviceType::Cpu)
-    FA_CHECK(check_rotary_length(cos.shape[0], batch, seqlens, seqlen_new, seqlen_q, q_per_row));
+    FA_CHECK(check_rotary_length(cos.shape[0], batch, seqlens, seqlen_new, seqlen_q, int_pointer(cu_q), q_per_row));
 
   FA_CHECK(check_options(params));
   FA_CHECK(check_num_splits(params.num_splits));
@@ -554,15 +649,16 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   // Written by the call: out and lse, and the cache when keys are appended.
   if (appends) {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}},
-                                    {{q, "q"}, {k_new, "k_new"}, {v_new, "v_new"}, {cache_seqlens, "cache_seqlens"},
-                                     {batch_idx, "cache_batch_idx"}, {block_table, "block_table"},
+                                    {{q, "q"}, {cu_q, "cu_seqlens_q"}, {k_new, "k_new"}, {v_new, "v_new"},
+                                     {cache_seqlens, "cache_seqlens"},
+                                     {batch_idx, "cache_batch_idx"}, {leftpad, "cache_leftpad"}, {block_table, "block_table"},
                                      {cos, "rotary_cos"}, {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
   } else {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}},
-                                    {{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"},
+                                    {{q, "q"}, {cu_q, "cu_seqlens_q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"},
                                      {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
-                                     {block_table, "block_table"}, {cos, "rotary_cos"}, {sin, "rotary_sin"},
-                                     {alibi, "alibi_slopes"}}));
+                                     {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
+                                     {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
   }
 
   KvCacheProblem built;
@@ -574,10 +670,11 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.heads_k = heads_k;
   p.head_dim = head_dim;
   p.head_dim_v = head_dim_v;
-  p.q = dense_rows(q);
+  p.q = varlen ? varlen_rows(q, cu_q) : dense_rows(q);
   p.k = dense_rows(k_cache);
   p.v = dense_rows(v_cache);
   for (RowsView* cache : {&p.k, &p.v}) {
+    cache->row_offset = leftpads;
     if (paged) {
       // batch_stride is the page stride; rows within a page use row_stride.
       cache->block_table = int_pointer(block_table);
@@ -587,13 +684,15 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
       cache->batch_index = int_pointer(batch_idx);
     }
   }
-  p.out = dense_rows(out);
-  p.lse = lse_view(lse, TensorView{});
+  p.out = varlen ? varlen_rows(out, cu_q) : dense_rows(out);
+  p.lse = lse_view(lse, cu_q);
   p.lens.seqlen_q = seqlen_q;
-  p.lens.total_q = p.batch * seqlen_q;
+  p.lens.cu_seqlens_q = int_pointer(cu_q);
+  p.lens.total_q = varlen ? rows_q : p.batch * seqlen_q;
   p.lens.seqlen_k = capacity;  // without cache_seqlens every slot is a key; with them, a bound
   p.lens.cache_seqlens = seqlens;
   p.lens.seqlen_k_added = cache_seqlens.defined() ? seqlen_new : 0;
+  p.lens.k_leftpad = leftpads;
   fill_options(params, head_dim, &p);
   p.num_splits = params.num_splits;
   if (appends) {

@@ -25,6 +25,16 @@ struct KvCacheProblem {
   // Rotary positions of q: cache_seqlens[b] + i when causal or local, else cache_seqlens[b] for
   // every row (all new queries sit at the first new position), as in flash_attn.
   bool rotary_q_per_row = false;
+
+  // Cache position of sequence b's first appended key: its rotary position, and q's.
+  FA_HD int64_t first_new_position(int64_t b) const {
+    return attn.lens.cache_seqlens != nullptr ? int64_t(attn.lens.cache_seqlens[b]) : 0;
+  }
+  // Row of appended key t in the views k and v, which start at the sequence's first key (after
+  // any left padding).
+  FA_HD int64_t new_key_row(int64_t b, int64_t t) const {
+    return first_new_position(b) + t - attn.lens.k_first_position(b);
+  }
 };
 
 // Split-KV partial results merged into the final output. Element (split s, sequence b, row i,

@@ -23,15 +23,20 @@ struct SeqLens {
   const int32_t* seqused_k = nullptr;      // overrides the key length of each sequence
   const int32_t* cache_seqlens = nullptr;  // KV cache: keys = cache_seqlens[b] + seqlen_k_added
   int64_t seqlen_k_added = 0;
+  const int32_t* k_leftpad = nullptr;      // KV cache: positions before k_leftpad[b] are not keys
+                                           //   (k and v then carry the same row_offset)
 
   FA_HD int64_t q(int64_t b) const {
     return cu_seqlens_q != nullptr ? int64_t(cu_seqlens_q[b + 1]) - cu_seqlens_q[b] : seqlen_q;
   }
   FA_HD int64_t k(int64_t b) const {
     if (seqused_k != nullptr) return seqused_k[b];
-    if (cache_seqlens != nullptr) return int64_t(cache_seqlens[b]) + seqlen_k_added;
-    return cu_seqlens_k != nullptr ? int64_t(cu_seqlens_k[b + 1]) - cu_seqlens_k[b] : seqlen_k;
+    const int64_t pad = k_leftpad != nullptr ? int64_t(k_leftpad[b]) : 0;
+    if (cache_seqlens != nullptr) return int64_t(cache_seqlens[b]) + seqlen_k_added - pad;
+    return (cu_seqlens_k != nullptr ? int64_t(cu_seqlens_k[b + 1]) - cu_seqlens_k[b] : seqlen_k) - pad;
   }
+  // The cache position of key 0 of sequence b (rotary positions and appends count from 0).
+  FA_HD int64_t k_first_position(int64_t b) const { return k_leftpad != nullptr ? int64_t(k_leftpad[b]) : 0; }
 };
 
 struct AttnProblem {

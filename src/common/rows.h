@@ -20,9 +20,12 @@ struct RowsView {
   const int32_t* block_table = nullptr;   // paged: page p of sequence b is block_table[b * bt_stride + p]
   int64_t block_table_stride = 0;
   int64_t page_size = 0;
+  const int32_t* row_offset = nullptr;    // left-padded cache: position row of sequence b is stored
+                                          //   at row_offset[b] + row (before paging)
 
   // Offset in elements of (sequence b, position row, head h).
   FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const {
+    if (row_offset != nullptr) row += row_offset[b];
     if (block_table != nullptr) {
       const int64_t page = block_table[b * block_table_stride + row / page_size];
       return page * batch_stride + (row % page_size) * row_stride + h * head_stride;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/pack_gqa.h"
 #include "common/split_kv.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/element_io.h"
@@ -133,7 +134,9 @@ void store_rows(const AttnProblem& p, const RowBlock& blk, const FwdScratch& ws)
 
 }  // namespace
 
-Status fwd(const AttnProblem& p) {
+Status fwd(const AttnProblem& problem) {
+  // Decoding with GQA: one pass over each KV head's keys for all its query heads.
+  const AttnProblem p = can_pack_gqa_rows(problem) ? pack_gqa_rows(problem) : problem;
   const WorkerTeam team;
   const std::vector<RowBlock> blocks = row_blocks(p);
   const int splits = choose_splits(p, blocks.size(), team.size());

@@ -25,10 +25,6 @@ void rotate(const RotaryParams& r, DType dtype, int64_t pos, float* x) {
   }
 }
 
-int64_t cache_start(const KvCacheProblem& kp, int64_t b) {
-  return kp.attn.lens.cache_seqlens != nullptr ? int64_t(kp.attn.lens.cache_seqlens[b]) : 0;
-}
-
 }  // namespace
 
 Status fwd_kvcache(const KvCacheProblem& kp) {
@@ -41,14 +37,14 @@ Status fwd_kvcache(const KvCacheProblem& kp) {
   if (kp.k_new.data != nullptr && kp.seqlen_new > 0) {
     team.parallel_for(p.batch * kp.seqlen_new, [&](int64_t item, int) {
       const int64_t b = item / kp.seqlen_new, t = item % kp.seqlen_new;
-      const int64_t pos = cache_start(kp, b) + t;
+      const int64_t pos = kp.first_new_position(b) + t, key = kp.new_key_row(b, t);
       std::vector<float> row(size_t(std::max(d, dv)));
       for (int64_t hk = 0; hk < p.heads_k; ++hk) {
         load_row(kp.k_new.data, kp.k_new.offset(b, t, hk), p.dtype, d, row.data());
         if (rotary) rotate(kp.rotary, p.dtype, pos, row.data());
-        store_row(p.k.data, p.k.offset(b, pos, hk), p.dtype, d, row.data());
+        store_row(p.k.data, p.k.offset(b, key, hk), p.dtype, d, row.data());
         load_row(kp.v_new.data, kp.v_new.offset(b, t, hk), p.dtype, dv, row.data());
-        store_row(p.v.data, p.v.offset(b, pos, hk), p.dtype, dv, row.data());
+        store_row(p.v.data, p.v.offset(b, key, hk), p.dtype, dv, row.data());
       }
     });
   }
@@ -65,7 +61,8 @@ Status fwd_kvcache(const KvCacheProblem& kp) {
     q_dense.batch_stride = sq * p.heads_q * d;
     team.parallel_for(p.batch * sq, [&](int64_t item, int) {
       const int64_t b = item / sq, i = item % sq;
-      const int64_t pos = cache_start(kp, b) + (kp.rotary_q_per_row ? i : 0);
+      if (i >= p.lens.q(b)) return;  // varlen: past this sequence's rows
+      const int64_t pos = kp.first_new_position(b) + (kp.rotary_q_per_row ? i : 0);
       std::vector<float> row(static_cast<size_t>(d));
       for (int64_t h = 0; h < p.heads_q; ++h) {
         load_row(p.q.data, p.q.offset(b, i, h), p.dtype, d, row.data());

@@ -174,19 +174,16 @@ void fwd_kvcache(const KvCacheProblem& problem, Precision precision) {
   const RotaryParams& rotary = problem.rotary;
   const bool has_rotary = rotary.rotary_dim > 0;
   const bool float_math = precision == Precision::InputPrecision;
-  const auto cached_tokens = [&](int64_t b) -> int64_t {
-    return attn.lens.cache_seqlens != nullptr ? attn.lens.cache_seqlens[b] : 0;
-  };
 
   std::vector<double> x(size_t(attn.head_dim));
   // 1. Append k_new (rotated at its cache position) and v_new after the tokens already cached.
   for (int64_t b = 0; b < attn.batch; ++b) {
     for (int64_t t = 0; t < problem.seqlen_new; ++t) {
-      const int64_t row = cached_tokens(b) + t;
+      const int64_t pos = problem.first_new_position(b) + t, row = problem.new_key_row(b, t);
       for (int64_t hk = 0; hk < attn.heads_k; ++hk) {
         if (problem.k_new.data != nullptr) {
           load_head_row(problem.k_new, attn.dtype, b, t, hk, attn.head_dim, x.data());
-          if (has_rotary) apply_rotary(x.data(), rotary, attn.dtype, row, float_math);
+          if (has_rotary) apply_rotary(x.data(), rotary, attn.dtype, pos, float_math);
           scatter_row(attn.k, attn.dtype, b, row, hk, attn.head_dim, x.data());
         }
         if (problem.v_new.data != nullptr) {
@@ -213,7 +210,7 @@ void fwd_kvcache(const KvCacheProblem& problem, Precision precision) {
   rotated_q.batch_stride = sq_max * attn.heads_q * d;
   for (int64_t b = 0; b < attn.batch; ++b) {
     for (int64_t i = 0; i < attn.lens.q(b); ++i) {
-      const int64_t pos = cached_tokens(b) + (problem.rotary_q_per_row ? i : 0);
+      const int64_t pos = problem.first_new_position(b) + (problem.rotary_q_per_row ? i : 0);
       for (int64_t h = 0; h < attn.heads_q; ++h) {
         load_head_row(attn.q, attn.dtype, b, i, h, d, x.data());
         apply_rotary(x.data(), rotary, attn.dtype, pos, float_math);

@@ -690,6 +690,79 @@ TEST_F(VarlenRules, DeviceCuSeqlensNeedMaxSeqlen) {
   EXPECT_EQ(problem.lens.seqlen_q, 3);
 }
 
+// Varlen queries over a paged k/v: 5 pages of 2 slots, 2 pages per sequence (capacity 4).
+class PagedVarlenRules : public VarlenRules {
+ protected:
+  PagedVarlenRules() {
+    p.k = k_pages.view();
+    p.v = v_pages.view();
+    p.block_table = table.view();
+  }
+  HostTensor k_pages{DType::BF16, {5, 2, 2, 16}}, v_pages{DType::BF16, {5, 2, 2, 16}};
+  HostTensor table = [] {
+    HostTensor t(DType::I32, {3, 2});
+    const int32_t pages[] = {4, 1, 0, -1, 2, -1};  // sequence 1 (1 key) and 2 (2 keys): one page
+    std::memcpy(t.data(), pages, sizeof(pages));
+    return t;
+  }();
+};
+
+TEST_F(PagedVarlenRules, RowsGoThroughTheTable) {
+  ASSERT_TRUE(build().ok());
+  EXPECT_EQ(problem.k.block_table, table.data());
+  EXPECT_EQ(problem.k.cu_seqlens, nullptr);
+  EXPECT_EQ(problem.v.page_size, 2);
+  EXPECT_EQ(problem.lens.k(0), 4);
+  EXPECT_EQ(problem.lens.total_k, 0);
+  // Sequence 0, key 3: page 1 -> block 1, slot 1 (page stride 64, row stride 32, head 16).
+  EXPECT_EQ(problem.k.offset(0, 3, 1), 1 * 64 + 1 * 32 + 16);
+  EXPECT_EQ(problem.q.cu_seqlens, cu_q.data());  // queries stay varlen
+}
+
+TEST_F(PagedVarlenRules, NeedsVarlen) {
+  HostTensor q4(DType::BF16, {3, 2, 4, 16}), out4(DType::BF16, {3, 2, 4, 16}), lse3(DType::F32, {3, 4, 2});
+  p.q = q4.view();
+  p.out = out4.view();
+  p.softmax_lse = lse3.view();
+  p.cu_seqlens_q = {};
+  p.cu_seqlens_k = {};
+  EXPECT_INVALID(build(), "block_table", "a paged k/v in fwd needs the varlen layout");
+}
+
+TEST_F(PagedVarlenRules, PagedShapes) {
+  p.k = TensorView::contiguous(k_pages.data(), DType::BF16, {10, 2, 16});
+  EXPECT_INVALID(build(), "k", "ndim must be 4 (num_blocks, page_size, heads_k, head_dim) with block_table");
+  p.k = k_pages.view();
+  HostTensor v_short(DType::BF16, {4, 2, 2, 16});
+  p.v = v_short.view();
+  EXPECT_INVALID(build(), "v", "dim 0 must equal dim 0 of k (5), got 4");
+  p.v = v_pages.view();
+  HostTensor two_rows(DType::I32, {2, 2});
+  p.block_table = two_rows.view();
+  EXPECT_INVALID(build(), "block_table", "dim 0 must equal the batch (len(cu_seqlens_q) - 1) (3), got 2");
+  p.block_table = table.view();
+  p.block_table.dtype = DType::F32;
+  EXPECT_INVALID(build(), "block_table", "dtype must be int32");
+}
+
+TEST_F(PagedVarlenRules, SequencesFitTheirTableRow) {
+  cu_k.as<int32_t>()[1] = 5;  // sequence 0: 5 keys, a row holds 4
+  EXPECT_INVALID(build(), "cu_seqlens_k", "no sequence may have more keys than a block_table row holds");
+  cu_k.as<int32_t>()[1] = 4;
+  p.max_seqlen_k = 5;
+  EXPECT_INVALID(build(), "max_seqlen_k", "must be <= what a block_table row holds");
+}
+
+TEST_F(PagedVarlenRules, PagesInUseNameBlocks) {
+  table.as<int32_t>()[1] = 5;  // sequence 0's second page: past the 5 blocks
+  EXPECT_INVALID(build(), "block_table", "entries for the pages in use must be in [0, num_blocks of k (5))");
+  table.as<int32_t>()[1] = 3;
+  HostTensor used = int_tensor({2, 1, 2});  // seqused_k: sequence 0 reads only its first page
+  p.seqused_k = used.view();
+  table.as<int32_t>()[1] = -1;
+  EXPECT_OK(build());
+}
+
 // ---------------------------------------------------------------------------------------------
 // CUDA views: alignment rules and backend choice (fake pointers, never dereferenced).
 // ---------------------------------------------------------------------------------------------
@@ -1061,6 +1134,93 @@ TEST_F(KvCacheRules, CacheBatchIdx) {
   EXPECT_EQ(problem.attn.k.offset(0, 1, 0), 2 * 320 + 32);
   idx.as<int32_t>()[1] = 3;
   EXPECT_INVALID(build(), "cache_batch_idx", "entries must be in [0, batch of k_cache (3))");
+}
+
+TEST_F(KvCacheRules, CacheLeftpadStartsEachSequence) {
+  HostTensor leftpad = int_tensor({2, 8});
+  p.cache_leftpad = leftpad.view();
+  ASSERT_TRUE(build().ok());
+  const AttnProblem& a = problem.attn;
+  EXPECT_EQ(a.lens.k_leftpad, leftpad.data());
+  EXPECT_EQ(a.lens.k(0), 3 + 2 - 2);  // positions [2, 5)
+  EXPECT_EQ(a.lens.k(1), 8 + 2 - 8);  // only the appended keys
+  EXPECT_EQ(a.k.row_offset, leftpad.data());
+  EXPECT_EQ(a.v.row_offset, leftpad.data());
+  EXPECT_EQ(a.k.offset(0, 0, 1), 2 * 32 + 16);  // key 0 of sequence 0 is cache position 2
+  EXPECT_EQ(problem.first_new_position(1), 8);
+  EXPECT_EQ(problem.new_key_row(1, 1), 1);  // appended key 1 of sequence 1: position 9, key 1
+  use_paged_cache();
+  ASSERT_TRUE(build().ok());
+  // Sequence 1, key 1 = position 9: page 2 of row 1 -> block 4, slot 1.
+  EXPECT_EQ(problem.attn.k.offset(1, 1, 0), 4 * 128 + 1 * 32);
+}
+
+TEST_F(KvCacheRules, CacheLeftpadRules) {
+  HostTensor leftpad = int_tensor({0, 9});
+  p.cache_leftpad = leftpad.view();
+  EXPECT_INVALID(build(), "cache_leftpad", "cache_leftpad[b] must be <= cache_seqlens[b] (8), got cache_leftpad[1] = 9");
+  leftpad.as<int32_t>()[1] = -1;
+  EXPECT_INVALID(build(), "cache_leftpad", "entries must be >= 0, got cache_leftpad[1] = -1");
+  p.cache_leftpad.dtype = DType::F32;
+  EXPECT_INVALID(build(), "cache_leftpad", "dtype must be int32");
+  HostTensor three = int_tensor({0, 0, 0});
+  p.cache_leftpad = three.view();
+  EXPECT_INVALID(build(), "cache_leftpad", "dim 0 must equal the batch of q (2), got 3");
+  // Without cache_seqlens every slot up to the capacity is a candidate key.
+  p.k_new = {};
+  p.v_new = {};
+  p.cache_seqlens = {};
+  HostTensor past = int_tensor({10, 11});
+  p.cache_leftpad = past.view();
+  EXPECT_INVALID(build(), "cache_leftpad", "entries must be <= the cache capacity (10), got cache_leftpad[1] = 11");
+  past.as<int32_t>()[1] = 10;
+  ASSERT_TRUE(build().ok());
+  EXPECT_EQ(problem.attn.lens.k(1), 0);
+}
+
+TEST_F(KvCacheRules, CacheLeftpadSkipsUnreadPages) {
+  use_paged_cache();
+  HostTensor leftpad = int_tensor({0, 4});  // sequence 1 starts on its second page
+  p.cache_leftpad = leftpad.view();
+  block_table.as<int32_t>()[3] = -1;  // its first page: never read
+  EXPECT_OK(build());
+  leftpad.as<int32_t>()[1] = 3;
+  EXPECT_INVALID(build(), "block_table", "entries for the pages in use must be in [0, num_blocks of k_cache (6))");
+}
+
+TEST_F(KvCacheRules, VarlenQueries) {
+  // Sequence 0 has 3 query rows, sequence 1 one: q (4, 4, 16), out likewise, lse (4 heads, 4 rows).
+  HostTensor qv(DType::F16, {4, 4, 16}), outv(DType::F16, {4, 4, 16}), lsev(DType::F32, {4, 4});
+  HostTensor cu = int_tensor({0, 3, 4});
+  p.q = qv.view();
+  p.out = outv.view();
+  p.softmax_lse = lsev.view();
+  p.cu_seqlens_q = cu.view();
+  ASSERT_TRUE(build().ok());
+  const AttnProblem& a = problem.attn;
+  EXPECT_EQ(a.batch, 2);
+  EXPECT_EQ(a.lens.seqlen_q, 3);  // derived: the longest sequence
+  EXPECT_EQ(a.lens.total_q, 4);
+  EXPECT_EQ(a.lens.q(1), 1);
+  EXPECT_EQ(a.q.cu_seqlens, cu.data());
+  EXPECT_EQ(a.out.offset(1, 0, 2), 3 * 64 + 2 * 16);
+  EXPECT_EQ(a.lse.offset(1, 0, 2), 2 * 4 + 3);
+  p.max_seqlen_q = 2;
+  EXPECT_INVALID(build(), "max_seqlen_q", "must be >= the longest sequence (3), got 2");
+  p.max_seqlen_q = 0;
+  HostTensor three = int_tensor({0, 1, 2, 4});
+  p.cu_seqlens_q = three.view();
+  EXPECT_INVALID(build(), "cache_seqlens", "dim 0 must equal the batch of q (3), got 2");
+  p.cu_seqlens_q = cu.view();
+  p.q = q.view();
+  EXPECT_INVALID(build(), "q", "ndim must be 3 (total_q, heads_q, head_dim) with cu_seqlens_q");
+  p.q = qv.view();
+  HostTensor dense_lse(DType::F32, {2, 4, 3});
+  p.softmax_lse = dense_lse.view();
+  EXPECT_INVALID(build(), "softmax_lse", "ndim must be 2 (heads_q, total_q) with cu_seqlens_q");
+  p.softmax_lse = lsev.view();
+  cu.as<int32_t>()[2] = 5;
+  EXPECT_INVALID(build(), "cu_seqlens_q", "the last entry must be <= the rows of q (total_q) (4)");
 }
 
 TEST_F(KvCacheRules, CacheBatchIdxDistinctWhenAppending) {

@@ -156,12 +156,9 @@ UNSUPPORTED = [
     ("v_descale", lambda: fa3.flash_attn_qkvpacked_func(np.ones((1, 4, 3, 2, 16), np.float32), v_descale=1.0)),
     ("attention_chunk", lambda: fa3.flash_attn_func(Q, Q, Q, attention_chunk=128)),
     ("seqused_q", lambda: fa3.flash_attn_varlen_func(Q[0], Q[0], Q[0], CU, CU, 4, 4, seqused_q=np.array([4]))),
-    ("cache_leftpad", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, cache_leftpad=LENS)),
-    ("cu_seqlens_q", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, cu_seqlens_q=CU)),
     ("cu_seqlens_k_new", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, cu_seqlens_k_new=CU)),
     ("rotary_seqlens", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, rotary_seqlens=LENS)),
     ("qv", lambda: fa3.flash_attn_with_kvcache(Q, CACHE, CACHE, qv=Q)),
-    ("cache_leftpad", lambda: fa3.get_scheduler_metadata(1, 1, 8, 2, 2, 16, LENS, cache_leftpad=LENS)),
 ]
 
 
@@ -211,3 +208,32 @@ def test_torch_autograd_matches_the_flash_attn_interface():
     assert torch.isfinite(dq).all()
     metadata = fa3.get_scheduler_metadata(2, 1, 16, 4, 4, 32, torch.tensor([3, 4], dtype=torch.int32))
     assert metadata.dtype == torch.int32 and metadata.numel() == 0
+
+
+def test_kvcache_leftpad_as_fa3():
+    rng = np.random.default_rng(18)
+    q, cache = randn(rng, 1, 1, 2, 16), randn(rng, 1, 8, 2, 16)
+    pad, lens = np.array([2], np.int32), np.array([6], np.int32)
+    out = fa3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lens, cache_leftpad=pad)
+    exact = flashattn.flash_attn_with_kvcache(q, cache[:, 2:], cache[:, 2:], cache_seqlens=lens - pad)
+    np.testing.assert_allclose(out, exact, atol=1e-6)
+    assert fa3.get_scheduler_metadata(1, 1, 8, 2, 2, 16, lens, cache_leftpad=pad).shape == (0,)
+
+
+def test_kvcache_varlen_queries_as_fa3():
+    """Speculative decoding rows of different lengths in one call equal each sequence alone."""
+    rng = np.random.default_rng(20)
+    lens_q, lens = [3, 1, 0, 2], np.array([5, 9, 2, 7], np.int32)
+    cu = np.concatenate([[0], np.cumsum(lens_q)]).astype(np.int32)
+    q, cache = randn(rng, int(cu[-1]), 4, 16), randn(rng, 4, 12, 2, 16)
+    out, lse, *_ = fa3.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=lens, cu_seqlens_q=cu, max_seqlen_q=3,
+                                               causal=True, return_softmax_lse=True)
+    assert out.shape == (6, 4, 16) and lse.shape == (4, 6)
+    for b, n in enumerate(lens_q):
+        if n == 0:
+            continue
+        alone, alone_lse, *_ = fa3.flash_attn_with_kvcache(q[None, cu[b]:cu[b + 1]], cache[b:b + 1], cache[b:b + 1],
+                                                           cache_seqlens=lens[b:b + 1], causal=True,
+                                                           return_softmax_lse=True)
+        np.testing.assert_allclose(out[cu[b]:cu[b + 1]], alone[0], atol=1e-6)
+        np.testing.assert_allclose(lse[:, cu[b]:cu[b + 1]], alone_lse[0], atol=1e-6)

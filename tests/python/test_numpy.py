@@ -273,11 +273,53 @@ def test_varlen_dropout_probs():
     assert max_abs_diff(out, exact) < 1e-5
 
 
-def test_paged_varlen_is_refused_with_a_message():
+def _page_table(rng, cu_k, page, spare=2):
+    """A table of shuffled blocks, -1 past each sequence's last page."""
+    lens = np.diff(cu_k)
+    pages_per_seq = max(1, -(-int(lens.max()) // page))
+    blocks = rng.permutation(len(lens) * pages_per_seq + spare).astype(np.int32).reshape(-1)
+    table = blocks[:len(lens) * pages_per_seq].reshape(len(lens), pages_per_seq).copy()
+    table[np.arange(pages_per_seq)[None, :] * page >= lens[:, None]] = -1
+    return table, len(blocks)
+
+
+def _paged(x, cu_k, page, table, num_blocks):
+    """x (total_k, ...) scattered over the table's pages of `page` slots; NaN in every other slot."""
+    pages = np.full((num_blocks, page) + x.shape[1:], np.nan, x.dtype)
+    for b in range(len(cu_k) - 1):
+        for j in range(int(cu_k[b + 1] - cu_k[b])):
+            pages[table[b, j // page], j % page] = x[cu_k[b] + j]
+    return pages
+
+
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_paged_varlen_equals_packed(page):
+    """vLLM-style serving: decode rows, a prefill and a chunked prefill in one varlen batch over a
+    paged cache give what the same batch gives with packed k/v."""
     rng = np.random.default_rng(12)
-    q, k, v, cu_q, cu_k = _varlen_case(rng, [2], [2])
-    with pytest.raises(flashattn.UnsupportedError, match="block_table"):
-        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2, 2, block_table=np.zeros((1, 1), np.int32))
+    q, k, v, cu_q, cu_k = _varlen_case(rng, [1, 9, 4, 1], [70, 9, 33, 1])
+    table, blocks = _page_table(rng, cu_k, page)
+    k_pages, v_pages = _paged(k, cu_k, page, table, blocks), _paged(v, cu_k, page, table, blocks)
+    out, lse, _ = flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, 9, 70, causal=True,
+                                         return_attn_probs=True, block_table=table)
+    expected, expected_lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 70, causal=True,
+                                                       return_attn_probs=True)
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    np.testing.assert_allclose(lse, expected_lse, atol=1e-6)
+
+
+def test_paged_varlen_refuses_dropout_and_bad_tables():
+    rng = np.random.default_rng(19)
+    q, k, v, cu_q, cu_k = _varlen_case(rng, [2], [5])
+    table, blocks = _page_table(rng, cu_k, 4)
+    k_pages = _paged(k, cu_k, 4, table, blocks)
+    with pytest.raises(flashattn.UnsupportedError, match="argument 'dropout_p'"):
+        flash_attn_varlen_func(q, k_pages, k_pages, cu_q, cu_k, 2, 5, dropout_p=0.1, block_table=table)
+    table[0, 1] = 99
+    with pytest.raises(ValueError, match=r"argument 'block_table': entries for the pages in use"):
+        flash_attn_varlen_func(q, k_pages, k_pages, cu_q, cu_k, 2, 5, block_table=table)
+    with pytest.raises(ValueError, match=r"argument 'k': ndim must be 4 \(num_blocks, page_block_size"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 2, 5, block_table=table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,11 +406,63 @@ def test_kvcache_int_cache_seqlens_and_no_append():
     assert max_abs_diff(whole, exact) < 1e-5
 
 
-def test_kvcache_leftpad_is_refused():
+@pytest.mark.parametrize("layout", ["dense", "paged"])
+def test_kvcache_leftpad(layout):
+    """Sequence b's keys are cache positions cache_leftpad[b] .. cache_seqlens[b] + seqlen_new - 1;
+    rotary positions are cache positions. NaN in the padding and past the end never shows."""
+    rng = np.random.default_rng(17)
+    batch, hq, hk, d, capacity, seqlen_new, page = 3, 4, 2, 32, 24, 2, 4
+    lens = np.array([10, 5, 20], dtype=np.int32)
+    leftpad = np.array([0, 5, 9], dtype=np.int32)  # sequence 1: only the appended keys
+    q = randn(rng, batch, seqlen_new, hq, d)
+    k_new, v_new = randn(rng, batch, seqlen_new, hk, d), randn(rng, batch, seqlen_new, hk, d)
+    k_logical, v_logical = randn(rng, batch, capacity, hk, d), randn(rng, batch, capacity, hk, d)
+    for b in range(batch):
+        for x in (k_logical, v_logical):
+            x[b, :leftpad[b]] = np.nan
+            x[b, lens[b]:] = np.nan
+    kwargs = {}
+    if layout == "dense":
+        k_cache, v_cache = k_logical.copy(), v_logical.copy()
+    else:
+        pages_per_seq = capacity // page
+        table = rng.permutation(batch * pages_per_seq).reshape(batch, pages_per_seq).astype(np.int32)
+        k_cache, v_cache = np.empty((batch * pages_per_seq, page, hk, d), np.float32), None
+        v_cache = np.empty_like(k_cache)
+        for b in range(batch):
+            for j in range(pages_per_seq):
+                k_cache[table[b, j]] = k_logical[b, j * page:(j + 1) * page]
+                v_cache[table[b, j]] = v_logical[b, j * page:(j + 1) * page]
+        table[2, :leftpad[2] // page] = -1  # pages wholly inside the padding are never read
+        kwargs["block_table"] = table
+    cos, sin = _rotary_tables(rng, capacity, 16)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens, cache_leftpad=leftpad,
+                                       rotary_cos=cos, rotary_sin=sin, rotary_interleaved=False, causal=True,
+                                       return_softmax_lse=True, **kwargs)
+    assert not np.isnan(out).any() and not np.isnan(lse).any()
+    k_rot = apply_rotary_emb(k_new, cos, sin, interleaved=False, seqlen_offsets=lens)
+    q_rot = apply_rotary_emb(q, cos, sin, interleaved=False, seqlen_offsets=lens)
+    for b in range(batch):
+        keys = np.concatenate([k_logical[b, leftpad[b]:lens[b]], k_rot[b]])[None]
+        values = np.concatenate([v_logical[b, leftpad[b]:lens[b]], v_new[b]])[None]
+        exact, exact_lse, _ = reference.attention_reference(q_rot[b:b + 1].astype(np.float64), keys, values,
+                                                            causal=True)
+        assert max_abs_diff(out[b:b + 1], exact) < 2e-5, f"sequence {b}"
+        assert max_abs_diff(lse[b:b + 1], exact_lse) < 2e-5
+    if layout == "dense":  # appended at the cache positions lens[b] .. lens[b] + 1
+        for b in range(batch):
+            np.testing.assert_allclose(k_cache[b, lens[b]:lens[b] + seqlen_new], k_rot[b], atol=1e-6)
+            assert np.isnan(k_cache[b, :leftpad[b]]).all()
+
+
+def test_kvcache_leftpad_errors_name_it():
     q = np.zeros((1, 1, 1, 8), np.float32)
     cache = np.zeros((1, 4, 1, 8), np.float32)
-    with pytest.raises(flashattn.UnsupportedError, match="cache_leftpad"):
-        flash_attn_with_kvcache(q, cache, cache, cache_leftpad=np.zeros(1, np.int32))
+    with pytest.raises(ValueError, match=r"argument 'cache_leftpad': cache_leftpad\[b\] must be <= cache_seqlens"):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=np.array([2], np.int32),
+                                cache_leftpad=np.array([3], np.int32))
+    with pytest.raises(ValueError, match="argument 'cache_leftpad': dtype must be int32"):
+        flash_attn_with_kvcache(q, cache, cache, cache_leftpad=np.zeros(1, np.float32))
 
 
 # ---------------------------------------------------------------------------------------------

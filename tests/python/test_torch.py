@@ -314,7 +314,7 @@ def test_opcheck_custom_ops():
     k_cache, v_cache = torch.randn(1, 16, 2, 16), torch.randn(1, 16, 2, 16)
     torch.library.opcheck(torch.ops.flashattn.fwd_kvcache.default,
                           (q[:, :1], k_cache, v_cache, k[:, :1], v[:, :1], torch.tensor([4], dtype=torch.int32),
-                           None, None, None, None, False, 0.25, True, -1, -1, 0.0, None, 0),
+                           None, None, None, None, None, False, 0.25, True, -1, -1, 0.0, None, 0),
                           test_utils=("test_schema", "test_faketensor"))
 
 
@@ -499,3 +499,51 @@ def test_rotary_torch_matches_numpy_and_differentiates():
         np.testing.assert_allclose(y.detach().numpy(), y_np, atol=1e-6)
         (dx,) = torch.autograd.grad(y.square().sum(), (x,))
         torch.testing.assert_close(dx, 2 * x.detach())  # a rotation preserves the norm
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving shapes: paged k/v under varlen queries, left-padded caches, varlen queries over a cache
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_varlen_forward_only(device):
+    g = torch.Generator().manual_seed(21)
+    lens_q, lens_k, page = [1, 6, 3], [40, 6, 17], 16
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32, device=device)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32, device=device)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    q = make((sum(lens_q), 4, 32), device, dtype, generator=g)
+    k, v = (make((sum(lens_k), 2, 32), device, dtype, generator=g) for _ in range(2))
+    table = torch.tensor([[4, 1, 6], [0, -1, -1], [2, 5, -1]], dtype=torch.int32, device=device)
+    k_pages = torch.full((7, page, 2, 32), float("nan"), dtype=dtype, device=device)
+    v_pages = k_pages.clone()
+    for b, n in enumerate(lens_k):
+        for j in range(n):
+            k_pages[table[b, j // page], j % page] = k[int(cu_k[b]) + j].detach()
+            v_pages[table[b, j // page], j % page] = v[int(cu_k[b]) + j].detach()
+    with pytest.raises(flashattn.UnsupportedError, match="argument 'block_table': a paged k/v has no backward"):
+        flash_attn_varlen_func(q, k_pages.requires_grad_(), v_pages, cu_q, cu_k, 6, 40, causal=True,
+                               block_table=table)
+    with torch.no_grad():
+        out = run_or_skip(flash_attn_varlen_func, q, k_pages, v_pages, cu_q, cu_k, 6, 40, causal=True,
+                          block_table=table)
+        expected = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 40, causal=True)
+    torch.testing.assert_close(out, expected, atol=1e-6 if device == "cpu" else 1e-2, rtol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kvcache_leftpad_and_varlen_queries(device):
+    g = torch.Generator().manual_seed(22)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    cache = make((2, 10, 2, 32), device, dtype, requires_grad=False, generator=g)
+    lens = torch.tensor([7, 10], dtype=torch.int32, device=device)
+    pad = torch.tensor([3, 0], dtype=torch.int32, device=device)
+    q = make((2, 1, 4, 32), device, dtype, requires_grad=False, generator=g)
+    out = run_or_skip(flash_attn_with_kvcache, q, cache, cache, cache_seqlens=lens, cache_leftpad=pad)
+    first = flash_attn_with_kvcache(q[:1], cache[:1, 3:], cache[:1, 3:], cache_seqlens=lens[:1] - 3)
+    torch.testing.assert_close(out[:1], first, atol=1e-6 if device == "cpu" else 1e-2, rtol=0)
+    # The same rows as varlen queries (FlashAttention-3's cu_seqlens_q).
+    cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=device)
+    from flashattn import fa3_interface as fa3
+    out_v = run_or_skip(fa3.flash_attn_with_kvcache, q[:, 0], cache, cache, cache_seqlens=lens, cache_leftpad=pad,
+                        cu_seqlens_q=cu, max_seqlen_q=1)
+    torch.testing.assert_close(out_v, out[:, 0], atol=1e-6 if device == "cpu" else 1e-2, rtol=0)

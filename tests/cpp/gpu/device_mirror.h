@@ -74,6 +74,7 @@ inline Status fwd_on_device(const FwdParams& host) {
   d.cu_seqlens_q = m.upload(host.cu_seqlens_q);
   d.cu_seqlens_k = m.upload(host.cu_seqlens_k);
   d.seqused_k = m.upload(host.seqused_k);
+  d.block_table = m.upload(host.block_table);
   d.out = m.output(host.out);
   d.softmax_lse = m.output(host.softmax_lse);
   const Status st = fwd(d);
@@ -91,6 +92,7 @@ inline Status kvcache_on_device(const KvCacheParams& host) {
   d.v_new = m.upload(host.v_new);
   d.cache_seqlens = m.upload(host.cache_seqlens);
   d.cache_batch_idx = m.upload(host.cache_batch_idx);
+  d.cache_leftpad = m.upload(host.cache_leftpad);
   d.block_table = m.upload(host.block_table);
   d.rotary_cos = m.upload(host.rotary_cos);
   d.rotary_sin = m.upload(host.rotary_sin);
