@@ -1,5 +1,6 @@
 #include "grid.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace flashattn::bench {
@@ -97,8 +98,20 @@ std::optional<std::vector<Case>> named_grid(const std::string& name, const GridF
 
 std::vector<Case> single_shape_cases(Shape shape, const GridFilter& filter) {
   std::vector<Case> cases;
-  append_cases(cases, shape, filter, {Direction::Fwd, Direction::Bwd});
+  if (shape.kvcache)
+    append_cases(cases, shape, filter, {Direction::Fwd});
+  else
+    append_cases(cases, shape, filter, {Direction::Fwd, Direction::Bwd});
   return cases;
+}
+
+std::string describe_case(const Case& c) {
+  const Shape& s = c.shape;
+  std::ostringstream out;
+  out << direction_name(c.direction) << " b=" << s.batch << " sq=" << s.seqlen_q << " sk=" << s.seqlen_k
+      << " hq=" << s.heads_q << " hk=" << s.heads_k << " d=" << s.head_dim << " causal=" << int(s.causal);
+  if (s.kvcache) out << " kvcache page=" << s.kvcache->page_size << " append=" << int(s.kvcache->append);
+  return out.str();
 }
 
 std::optional<Shape> parse_shape(const std::string& text, std::string* error) {
@@ -130,7 +143,22 @@ std::optional<Shape> parse_shape(const std::string& text, std::string* error) {
   return s;
 }
 
+namespace {
+
+// Query-key pairs the mask leaves visible in a kvcache case: every key for every row, or with
+// the bottom-right causal mask, row i sees the keys up to i + seqlen_k - seqlen_q.
+double visible_pairs(const Shape& s) {
+  if (!s.causal) return double(s.seqlen_q) * double(s.seqlen_k);
+  double pairs = 0;
+  for (int64_t i = 0; i < s.seqlen_q; ++i)
+    pairs += double(std::clamp<int64_t>(i + s.seqlen_k - s.seqlen_q + 1, 0, s.seqlen_k));
+  return pairs;
+}
+
+}  // namespace
+
 double flops(const Shape& s, Direction direction) {
+  if (s.kvcache) return 4.0 * double(s.batch) * double(s.heads_q) * double(s.head_dim) * visible_pairs(s);
   double f = 4.0 * double(s.batch) * double(s.heads_q) * double(s.seqlen_q) * double(s.seqlen_k) *
              double(s.head_dim);
   if (s.causal) f *= 0.5;
@@ -139,6 +167,11 @@ double flops(const Shape& s, Direction direction) {
 
 double min_bytes(const Shape& s, Direction direction, std::size_t element_bytes) {
   const double e = double(element_bytes);
+  // A decode step's cost is reading the cache: 2 * b * seqlen_k * heads_k * d elements. q, out,
+  // lse, the appended keys and the block table add about seqlen_q*heads_q / (seqlen_k*heads_k) of
+  // that (under 0.5 % in the decode grid) and are left out, so GB/s reads as cache bandwidth,
+  // counted as FlashAttention-3's decode benchmark counts it.
+  if (s.kvcache) return 2.0 * double(s.batch) * double(s.seqlen_k) * double(s.heads_k) * double(s.head_dim) * e;
   const double q = double(s.batch * s.seqlen_q * s.heads_q * s.head_dim) * e;
   const double kv = double(s.batch * s.seqlen_k * s.heads_k * s.head_dim) * e;  // k or v
   const double lse = double(s.batch * s.heads_q * s.seqlen_q) * 4.0;
