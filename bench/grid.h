@@ -42,8 +42,13 @@ struct GridFilter {
   std::optional<Direction> direction;  // only this direction (the grid's own set when empty)
 };
 
+// The machine a grid is sized for: the decode grid shrinks on the CPU, where a decode step over
+// a GPU-sized cache takes seconds.
+enum class Machine { Cpu, Gpu };
+
 // "small", "peers" or "decode"; empty optional when the name is unknown.
-std::optional<std::vector<Case>> named_grid(const std::string& name, const GridFilter& filter);
+std::optional<std::vector<Case>> named_grid(const std::string& name, const GridFilter& filter,
+                                            Machine machine);
 // The cases of one shape given on the command line (both causal settings and both directions
 // unless the filter narrows them; a kvcache shape runs forward only).
 std::vector<Case> single_shape_cases(Shape shape, const GridFilter& filter);

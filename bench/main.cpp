@@ -104,19 +104,19 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::vector<fb::Case> cases;
-  if (o.shape) {
-    cases = fb::single_shape_cases(*o.shape, o.filter);
-  } else {
-    cases = *fb::named_grid(o.grid, o.filter);  // the name was checked while parsing
-  }
-
   const std::optional<Plan> planned = make_plan(o, &error);
   if (!planned) {
     std::fprintf(stderr, "flashattn_bench: %s\n", error.c_str());
     return 1;
   }
   const Plan& plan = *planned;
+  std::vector<fb::Case> cases;
+  if (o.shape) {
+    cases = fb::single_shape_cases(*o.shape, o.filter);
+  } else {
+    // The name was checked while parsing.
+    cases = *fb::named_grid(o.grid, o.filter, plan.on_gpu ? fb::Machine::Gpu : fb::Machine::Cpu);
+  }
   fb::RunInfo info;
   info.library_version = flashattn::version();
   info.date_utc = utc_now();

@@ -28,8 +28,16 @@ score-matrix memory and the max |difference| of the outputs.
   --backend cpu|auto|fa2|fa3   which backend (default auto: the GPU when one is visible, else cpu)
   --grid small|peers|decode    small: CPU-sized (seqlen 256..2048, d 64/128); peers: the
                                published grid, (batch, heads) = (16384/seqlen, 2048/d), seqlen
-                               512..16384, d 64/128/256; decode: seqlen_q 1 against 1k..64k keys,
-                               32 query / 8 KV heads, d 128 (default small)
+                               512..16384, d 64/128/256; decode: serving's decode step through
+                               fwd_kvcache (default small). Decode grid, d 128, causal, every shape
+                               over a dense cache and over paged caches of 16 and 256 keys a page
+                               (pages shuffled), K+V at most 4 GiB in bf16 (batch*keys*kv_heads
+                               <= 8M); GB/s counts the K+V read:
+                                 sweep: 32/8 heads, 1 query, batch 1/8/32/128 x 1k..128k keys
+                                 variants at batch 1/8/32 x 8k/32k/128k keys: 64/8 heads; 32/32
+                                 heads; append; 4 queries; 4 queries with append
+                               on the CPU: sweep batch 1/4 x 1k/4k/16k keys, variants at batch
+                               1/4 x 4k/16k keys, K+V at most 64 MiB in bf16
   --shape b,sq,sk,h,d[,hk]     one shape instead of a grid (hk: KV heads, default h)
   --kvcache dense|PAGE         with --shape: time fwd_kvcache over a cache of sk keys a sequence,
                                dense or in pages of PAGE keys
@@ -82,7 +90,8 @@ std::optional<std::size_t> parse_bytes(std::string text) {
   }
 }
 
-// --kvcache and --append make sense only on a --shape that fwd_kvcache can run.
+// --kvcache and --append make sense only on a --shape that fwd_kvcache can run; the decode grid
+// runs fwd_kvcache, which has no backward.
 bool check_kvcache_options(const Options& o, const KvCache& kvcache, bool kvcache_given, std::string* error) {
   const bool backward_only = o.filter.direction == Direction::Bwd;
   if (kvcache.append && !kvcache_given) {
@@ -99,6 +108,10 @@ bool check_kvcache_options(const Options& o, const KvCache& kvcache, bool kvcach
   }
   if (kvcache.append && o.shape->seqlen_q > o.shape->seqlen_k) {
     *error = "--append appends sq of the sk keys: sq must not exceed sk";
+    return false;
+  }
+  if (!o.shape && o.grid == "decode" && backward_only) {
+    *error = "the decode grid times fwd_kvcache, which has no backward (--direction bwd)";
     return false;
   }
   return true;
