@@ -107,8 +107,9 @@ FwdParams AttentionRun::fwd_params(TensorView out_view, TensorView lse_view, Bac
   if (c_.varlen()) {
     p.cu_seqlens_q = cu_q.view();
     p.cu_seqlens_k = cu_k.view();
-    p.max_seqlen_q = max_q_;
-    p.max_seqlen_k = max_k_;
+    // Upper bounds of at least 1: with CUDA cu_seqlens, 0 (derive) is refused.
+    p.max_seqlen_q = std::max(max_q_, 1);
+    p.max_seqlen_k = std::max(max_k_, 1);
   }
   p.seqused_k = seqused.view();
   return p;

@@ -301,7 +301,7 @@ std::optional<Breakage> break_max_seqlen(VarlenArgs& v, bool keys, Random& r, co
 
 // Tries mutations at random until one applies.
 Breakage first_that_applies(const std::vector<Mutation>& mutations, Random& r) {
-  for (int attempt = 0; attempt < 1000; ++attempt)
+  for (int attempt = 0; attempt < 1000 && !mutations.empty(); ++attempt)
     if (std::optional<Breakage> b = mutations[size_t(r.uniform(0, int(mutations.size()) - 1))]()) return *b;
   return broke("nothing applied", {});  // fails the test: the call was not broken
 }
@@ -353,10 +353,12 @@ std::vector<Mutation> attention_mutations(std::vector<Arg>& args, AttnOptions& o
                                           const BreakScope& scope) {
   // Weights: tensors most (many rules each), options and contents a few percent each.
   std::vector<Mutation> m;
-  for (int i = 0; i < 20; ++i) m.push_back([&] { return break_tensor(args, r, scope); });
-  m.push_back([&] { return break_options(o, r, scope); });
-  m.push_back([&] { return break_dropout(d, r); });
-  m.push_back([&] { return break_max_seqlen(v, r.coin(), r, scope); });
+  if (!scope.contents_only) {
+    for (int i = 0; i < 20; ++i) m.push_back([&] { return break_tensor(args, r, scope); });
+    m.push_back([&] { return break_options(o, r, scope); });
+    m.push_back([&] { return break_dropout(d, r); });
+    m.push_back([&] { return break_max_seqlen(v, r.coin(), r, scope); });
+  }
   if (!scope.on_device)
     for (int i = 0; i < 2; ++i) {
       m.push_back([&] { return break_cu_seqlens(v.cu_seqlens_q, "cu_seqlens_q", q.defined() ? q.shape[0] : 0, r); });
@@ -372,7 +374,7 @@ Breakage break_fwd(FwdParams& p, std::mt19937_64& rng, const BreakScope& scope) 
   Random r(rng);
   std::vector<Arg> args = attention_args(&p, nullptr);
   std::vector<Mutation> m = attention_mutations(args, p, p, p, p.q, p.k, r, scope);
-  m.push_back([&] { return break_num_splits(p.num_splits, r); });
+  if (!scope.contents_only) m.push_back([&] { return break_num_splits(p.num_splits, r); });
   return first_that_applies(m, r);
 }
 
@@ -504,10 +506,12 @@ Breakage break_kvcache(KvCacheParams& p, std::mt19937_64& rng, const BreakScope&
   };
   args[0].peers = names_of(args, "q");
   std::vector<Mutation> m;
-  for (int i = 0; i < 20; ++i) m.push_back([&] { return break_tensor(args, r, scope); });
-  m.push_back([&] { return break_options(p, r, scope); });
-  m.push_back([&] { return break_num_splits(p.num_splits, r); });
-  for (int i = 0; i < 3; ++i) m.push_back([&] { return break_kv_structure(p, r); });
+  if (!scope.contents_only) {
+    for (int i = 0; i < 20; ++i) m.push_back([&] { return break_tensor(args, r, scope); });
+    m.push_back([&] { return break_options(p, r, scope); });
+    m.push_back([&] { return break_num_splits(p.num_splits, r); });
+    for (int i = 0; i < 3; ++i) m.push_back([&] { return break_kv_structure(p, r); });
+  }
   if (!scope.on_device)
     for (int i = 0; i < 5; ++i) m.push_back([&] { return break_kv_contents(p, r); });
   return first_that_applies(m, r);

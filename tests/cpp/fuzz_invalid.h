@@ -27,6 +27,10 @@ struct Breakage {
 // block tables, ...) are read on the host only; on CUDA, data must be 16-byte aligned.
 struct BreakScope {
   bool on_device = false;
+  // Only the contents of host index tensors (cu_seqlens, seqused_k, cache_seqlens, block tables,
+  // cache_batch_idx), for calls whose index tensors are uploaded afterwards: on the GPU nothing
+  // reads them before the kernels (the GPU fuzz's contents test).
+  bool contents_only = false;
 };
 
 // Each breaks params in place. Host index tensors must own spare entries past their length

@@ -11,6 +11,7 @@
 #include "api/validate.h"
 #include "attention_case.h"
 #include "combine_case.h"
+#include "fuzz_calls.h"
 #include "fuzz_case.h"
 #include "fuzz_driver.h"
 #include "fuzz_invalid.h"
@@ -27,18 +28,6 @@ const FuzzScope kValidScope{};                                       // every dt
 const FuzzScope kInvalidScope{.float32 = true, .work_budget = 60000};  // only validated, never run
 
 Backend host_backend(std::mt19937_64& rng) { return rng() % 2 ? Backend::Cpu : Backend::Auto; }
-
-std::vector<int64_t> out_shape(const AttentionRun& run) {
-  std::vector<int64_t> shape = run.q.shape();
-  shape.back() = run.config().dv();
-  return shape;
-}
-
-std::vector<int64_t> lse_shape(const AttentionRun& run) {
-  const AttentionCase& c = run.config();
-  if (c.varlen()) return {c.heads_q, run.q.shape()[0]};
-  return {c.batch, c.heads_q, c.seqlen_q};
-}
 
 // The bytes of the tensors a refused call must not write.
 class Untouched {
@@ -112,17 +101,14 @@ TEST(FuzzInvalid, ForwardRefusesBrokenCalls) {
   for_each_case(kBadFwd, 700, [](std::mt19937_64& rng) {
     const AttentionCase c = draw_attention_case(rng, kInvalidScope);
     SCOPED_TRACE(describe(c));
-    AttentionRun run(c);
-    HostTensor out(c.dtype, out_shape(run)), lse(DType::F32, lse_shape(run));
-    out.poison();
-    lse.poison();
-    FwdParams p = run.fwd_params(out.view(), rng() % 4 ? lse.view() : TensorView{}, host_backend(rng));
+    FwdCall call(c, rng, host_backend(rng));
+    FwdParams& p = call.params;
     IndexPadding padding;
     for (TensorView* index : {&p.cu_seqlens_q, &p.cu_seqlens_k, &p.seqused_k}) padding.pad(*index);
     AttnProblem problem;
     ASSERT_TRUE(api::make_fwd_problem(p, &problem).ok()) << "the unbroken call";
     const Breakage broken = break_fwd(p, rng, {});
-    const Untouched outputs{&out, &lse};
+    const Untouched outputs{&call.out, &call.lse};
     expect_refused(broken, api::make_fwd_problem(p, &problem), [&] { return fwd(p); });
     EXPECT_TRUE(outputs.still()) << "a refused call wrote its outputs";
   });
@@ -132,21 +118,14 @@ TEST(FuzzInvalid, BackwardRefusesBrokenCalls) {
   for_each_case(kBadBwd, 500, [](std::mt19937_64& rng) {
     const AttentionCase c = draw_attention_case(rng, kInvalidScope);
     SCOPED_TRACE(describe(c));
-    AttentionRun run(c);
-    run.out = HostTensor(c.dtype, out_shape(run));
-    run.lse = HostTensor(DType::F32, lse_shape(run));
-    run.out.fill_normal(rng);
-    run.lse.fill_normal(rng);
-    HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
-    for (HostTensor* g : {&dq, &dk, &dv}) g->poison();
-    BwdParams p = run.bwd_params(dq.view(), dk.view(), dv.view(), host_backend(rng));
-    p.deterministic = rng() % 2;
+    BwdCall call(c, rng, host_backend(rng));
+    BwdParams& p = call.params;
     IndexPadding padding;
     for (TensorView* index : {&p.cu_seqlens_q, &p.cu_seqlens_k, &p.seqused_k}) padding.pad(*index);
     BwdProblem problem;
     ASSERT_TRUE(api::make_bwd_problem(p, &problem).ok()) << "the unbroken call";
     const Breakage broken = break_bwd(p, rng, {});
-    const Untouched outputs{&dq, &dk, &dv};
+    const Untouched outputs{&call.dq, &call.dk, &call.dv};
     expect_refused(broken, api::make_bwd_problem(p, &problem), [&] { return bwd(p); });
     EXPECT_TRUE(outputs.still()) << "a refused call wrote its outputs";
   });
@@ -156,18 +135,14 @@ TEST(FuzzInvalid, KvCacheRefusesBrokenCalls) {
   for_each_case(kBadKvCache, 600, [](std::mt19937_64& rng) {
     const KvCase c = draw_kv_case(rng, kInvalidScope);
     SCOPED_TRACE(describe(c));
-    const KvRun run(c);
-    HostTensor k_cache = run.k_cache, v_cache = run.v_cache;
-    HostTensor out(c.dtype, run.out_shape()), lse(DType::F32, run.lse_shape());
-    out.poison();
-    lse.poison();
-    KvCacheParams p = run.params(k_cache, v_cache, out.view(), rng() % 4 ? lse.view() : TensorView{}, host_backend(rng));
+    KvCall call(c, rng, host_backend(rng));
+    KvCacheParams& p = call.params;
     IndexPadding padding;
     for (TensorView* index : {&p.cache_seqlens, &p.cache_batch_idx, &p.block_table}) padding.pad(*index);
     KvCacheProblem problem;
     ASSERT_TRUE(api::make_kvcache_problem(p, &problem).ok()) << "the unbroken call";
     const Breakage broken = break_kvcache(p, rng, {});
-    const Untouched outputs{&out, &lse, &k_cache, &v_cache};
+    const Untouched outputs{&call.out, &call.lse, &call.k_cache, &call.v_cache};
     expect_refused(broken, api::make_kvcache_problem(p, &problem), [&] { return fwd_kvcache(p); });
     EXPECT_TRUE(outputs.still()) << "a refused call wrote its outputs or the cache";
   });
@@ -177,29 +152,12 @@ TEST(FuzzInvalid, CombineRefusesBrokenCalls) {
   for_each_case(kBadCombine, 300, [](std::mt19937_64& rng) {
     const CombineCase c = draw_combine_case(rng, kInvalidScope);
     SCOPED_TRACE(c.name());
-    const int64_t splits = c.splits, batch = c.varlen ? 1 : c.batch;
-    HostTensor out_partial(DType::F32, c.varlen ? std::vector<int64_t>{splits, c.seqlen, c.heads, c.head_dim}
-                                                : std::vector<int64_t>{splits, batch, c.seqlen, c.heads, c.head_dim});
-    HostTensor lse_partial(DType::F32, c.varlen ? std::vector<int64_t>{splits, c.heads, c.seqlen}
-                                                : std::vector<int64_t>{splits, batch, c.heads, c.seqlen});
-    HostTensor out(c.out_dtype, c.varlen ? std::vector<int64_t>{c.seqlen, c.heads, c.head_dim}
-                                         : std::vector<int64_t>{batch, c.seqlen, c.heads, c.head_dim});
-    HostTensor lse(DType::F32, c.varlen ? std::vector<int64_t>{c.heads, c.seqlen}
-                                        : std::vector<int64_t>{batch, c.heads, c.seqlen});
-    out_partial.fill_normal(rng);
-    lse_partial.fill_normal(rng);
-    out.poison();
-    lse.poison();
-    CombineParams p;
-    p.out_partial = out_partial.view();
-    p.lse_partial = lse_partial.view();
-    p.out = out.view();
-    if (c.with_lse) p.softmax_lse = lse.view();
-    p.backend = host_backend(rng);
+    CombineCall call(c, rng, host_backend(rng));
+    CombineParams& p = call.params;
     CombineProblem problem;
     ASSERT_TRUE(api::make_combine_problem(p, &problem).ok()) << "the unbroken call";
     const Breakage broken = break_combine(p, rng, {});
-    const Untouched outputs{&out, &lse};
+    const Untouched outputs{&call.out, &call.lse};
     expect_refused(broken, api::make_combine_problem(p, &problem), [&] { return combine(p); });
     EXPECT_TRUE(outputs.still()) << "a refused call wrote its outputs";
   });
