@@ -98,6 +98,21 @@ def qkv(rng: np.random.Generator, dtype: Any, shape_q: Tuple[int, ...], shape_k:
     return tuple(rng.standard_normal(s).astype(dtype) for s in (shape_q, shape_k, shape_v))  # type: ignore
 
 
+def strided(x: np.ndarray, r: random.Random) -> np.ndarray:
+    """x itself or, at random, the same values in a view with gaps between rows (padded head
+    dims, every other row of a longer array): the library takes any outer strides."""
+    kind = r.random()
+    if kind < 0.6 or x.ndim < 2:
+        return x
+    if kind < 0.8:
+        big = np.zeros(x.shape[:-1] + (x.shape[-1] + r.choice([1, 8, 13]),), dtype=x.dtype)
+        big[..., :x.shape[-1]] = x
+        return big[..., :x.shape[-1]]
+    big = np.zeros((2 * x.shape[0],) + x.shape[1:], dtype=x.dtype)
+    big[::2] = x
+    return big[::2]
+
+
 def check_forward(out: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, exact: np.ndarray, low: np.ndarray,
                   scale: float, what: str) -> None:
     out = to_numpy(out)
@@ -122,7 +137,8 @@ def test_valid_dense_forward(seed: int, framework: str) -> None:
     q, k, v = qkv(rng, dtype, (batch, sq, hq, d), (batch, sk, hk, d), dv)
     options = draw_options(r, batch, hq, rng)
     dropout_p = r.choice([0.0, 0.0, 0.0, 0.2, 0.7])
-    out, lse, s_dmask = flash_attn_func(*(to_framework(x, framework) for x in (q, k, v)), dropout_p=dropout_p,
+    out, lse, s_dmask = flash_attn_func(*(to_framework(strided(x, r), framework) for x in (q, k, v)),
+                                        dropout_p=dropout_p,
                                         return_attn_probs=True,
                                         **{key: to_framework(x, framework) for key, x in options.items()})
     keep = None
@@ -155,7 +171,8 @@ def test_valid_varlen_forward(seed: int, framework: str) -> None:
     seqused = None
     if batch and r.random() < 0.3:
         seqused = np.array([r.randint(0, n) for n in lens_k], dtype=np.int32)
-    out = flash_attn_varlen_func(*(to_framework(x, framework) for x in (q, k, v, cu_q, cu_k)),
+    out = flash_attn_varlen_func(*(to_framework(strided(x, r), framework) for x in (q, k, v)),
+                                 *(to_framework(x, framework) for x in (cu_q, cu_k)),
                                  max(lens_q, default=0), max(lens_k, default=0),
                                  seqused_k=to_framework(seqused, framework),
                                  **{key: to_framework(x, framework) for key, x in options.items()})
@@ -257,9 +274,9 @@ def test_valid_kvcache(seed: int, framework: str) -> None:
     if seqlen_new:
         k_new = rng.standard_normal((batch, seqlen_new, hk, d)).astype(dtype)
         v_new = rng.standard_normal((batch, seqlen_new, hk, dv)).astype(dtype)
-    k_cache_f, v_cache_f = to_framework(k_cache, framework), to_framework(v_cache, framework)
+    k_cache_f, v_cache_f = (to_framework(strided(x, r), framework) for x in (k_cache, v_cache))
     out = flash_attn_with_kvcache(
-        to_framework(q, framework), k_cache_f, v_cache_f, to_framework(k_new, framework),
+        to_framework(strided(q, r), framework), k_cache_f, v_cache_f, to_framework(k_new, framework),
         to_framework(v_new, framework), cache_seqlens=to_framework(lens, framework),
         rotary_interleaved=interleaved, num_splits=r.choice([0, 1, 3]),
         **{key: to_framework(x, framework) for key, x in {**kwargs, **options}.items()})
