@@ -28,9 +28,19 @@ target_include_directories(flashattn_internal INTERFACE ${PROJECT_SOURCE_DIR}/sr
 target_link_libraries(flashattn_internal INTERFACE flashattn)
 
 if(FLASHATTN_WITH_CUDA)
-  file(GLOB FLASHATTN_CUDA_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/fa2/*.cu
-       ${PROJECT_SOURCE_DIR}/src/arch/sm90/*.cu ${PROJECT_SOURCE_DIR}/src/fa3/*.cu)
-  target_sources(flashattn PRIVATE ${FLASHATTN_CUDA_SOURCES})
+  file(GLOB FLASHATTN_FA2_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/fa2/*.cu)
+  file(GLOB FLASHATTN_SM90_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/arch/sm90/*.cu ${PROJECT_SOURCE_DIR}/src/fa3/*.cu)
+  target_sources(flashattn PRIVATE ${FLASHATTN_FA2_SOURCES} ${FLASHATTN_SM90_SOURCES})
+  # Targets per source: FLASHATTN_SM80_PTX (CMakeLists.txt) gives the FA2 sources compute_80 PTX
+  # alone and their host code an A100's shared memory (fa2/device_limits.h).
+  set(FLASHATTN_FA2_GENCODE ${FLASHATTN_CUDA_GENCODE})
+  if(FLASHATTN_SM80_PTX)
+    set(FLASHATTN_FA2_GENCODE "-gencode=arch=compute_80,code=compute_80")
+    set_source_files_properties(${FLASHATTN_FA2_SOURCES} PROPERTIES COMPILE_DEFINITIONS FLASHATTN_FA2_AS_SM80=1)
+    message(STATUS "flashattn: FA2 kernels as compute_80 PTX only, tiles as on sm80 (FLASHATTN_SM80_PTX)")
+  endif()
+  set_property(SOURCE ${FLASHATTN_FA2_SOURCES} APPEND PROPERTY COMPILE_OPTIONS ${FLASHATTN_FA2_GENCODE})
+  set_property(SOURCE ${FLASHATTN_SM90_SOURCES} APPEND PROPERTY COMPILE_OPTIONS ${FLASHATTN_CUDA_GENCODE})
   target_compile_definitions(flashattn PUBLIC FLASHATTN_WITH_CUDA=1)
   # Test builds: an mbarrier wait that spins for seconds traps (a lost arrival or a wrong expect-tx
   # count fails one test quickly instead of hanging the whole run). Off for shipped builds.
@@ -41,7 +51,7 @@ if(FLASHATTN_WITH_CUDA)
   # Static cudart: the library loads on machines without a GPU or a CUDA runtime installed.
   target_link_libraries(flashattn PUBLIC CUDA::cudart_static)
   target_compile_options(flashattn PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:${FLASHATTN_CUDA_GENCODE} -Xptxas=-warn-spills --expt-relaxed-constexpr>)
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-warn-spills --expt-relaxed-constexpr>)
 endif()
 
 include(GNUInstallDirs)

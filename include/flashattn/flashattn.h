@@ -43,7 +43,7 @@ struct TensorView {
   int64_t shape[kMaxDims] = {};
   int64_t stride[kMaxDims] = {};  // in elements, not bytes
   DeviceType device = DeviceType::Cpu;
-  int device_index = 0;
+  int device_index = 0;  // the CUDA device; ignored for host tensors
 
   bool defined() const { return ndim > 0; }
   int64_t numel() const;

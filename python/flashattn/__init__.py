@@ -50,7 +50,7 @@ def library_version() -> str:
 def set_cpu_threads(threads: int) -> None:
     """Threads of the CPU backend's later calls (0 = all hardware threads; at most
     max(64, 4 x the hardware threads), else ArgumentError)."""
-    # (the type here; the range is the library's rule, which names its bounds)
+    # The range is the library's rule (it knows the bound); here only that threads is an int32.
     raise_for_status(_ext.set_cpu_threads(_args.integer(threads, "threads")))
 
 

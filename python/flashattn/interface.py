@@ -32,11 +32,12 @@ Bad arguments raise ``flashattn.ArgumentError`` (a ``ValueError``), ``ArgumentTy
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
 
 from . import _args
-from ._errors import ArgumentError, UnsupportedError
+from ._errors import ArgumentError, FlashAttnError, UnsupportedError
 
 Array = Any  # a torch.Tensor or a numpy.ndarray
 Window = Tuple[int, int]
@@ -81,6 +82,38 @@ def _pad_head_dim(x: Optional[Array], name: str) -> Optional[Array]:
     return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)])
 
 
+def _caller_names(renames: Dict[str, str], kind: str) -> Any:
+    """The library names its own arguments (k_new, block_table, the k and v cut from a packed
+    kv): its errors name them as the caller passed them (renames: library name -> caller's).
+    Under torch.compile the renaming is skipped (dynamo cannot trace a generator context manager):
+    errors from a compiled call keep the library's names."""
+    if kind == "torch":
+        import torch
+
+        if torch.compiler.is_compiling():
+            return contextlib.nullcontext()
+    return _renaming_errors(renames)
+
+
+@contextlib.contextmanager
+def _renaming_errors(renames: Dict[str, str]) -> Iterator[None]:
+    try:
+        yield
+    except FlashAttnError as error:
+        name = renames.get(error.argument)
+        if name is None or name == error.argument:
+            raise
+        message = str(error).replace(f"argument '{error.argument}'", f"argument '{name}'", 1)
+        raise type(error)(message, name, error.code) from None
+
+
+def _same_head_dim(x: Optional[Array], name: str, expected: int, meaning: str) -> None:
+    """The library compares head dims after the padding to multiples of 8, where 20 and 21 look
+    alike (and the extra column would be dropped silently): compare the caller's sizes first."""
+    if x is not None:
+        _args.dim(x, name, -1, expected, meaning)
+
+
 def _default_scale(softmax_scale: Any, head_dim: int) -> float:
     # Computed here, from the caller's head_dim, because the library sees the padded one.
     scale = _args.optional_real(softmax_scale, "softmax_scale")
@@ -117,6 +150,8 @@ class _Call:
             else:
                 _args.ndim(x, name, 3 if varlen else 4, layout)
             _args.head_dim(x, name)
+        _same_head_dim(k, names[1], int(q.shape[-1]), f"the head_dim of {names[0]}")
+        self.renames = dict(zip(("q", "k", "v"), names))  # the library's names -> the caller's
         self.varlen = varlen
         if varlen:
             _args.tensor(cu_seqlens_q, "cu_seqlens_q", self.kind)
@@ -183,29 +218,31 @@ def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any
     """(out, softmax_lse, rng_state) of a checked call: pads odd head dims and slices back.
     rng_state: a CPU int64 tensor [seed, offset] (torch) or a (seed, offset) tuple (numpy)."""
     qp, kp, vp = _pad_head_dim(call.q, "q"), _pad_head_dim(call.k, "k"), _pad_head_dim(call.v, "v")
-    if call.kind == "torch":
-        from . import torch_ops
+    with _caller_names(call.renames, call.kind):
+        if call.kind == "torch":
+            from . import torch_ops
 
-        if call.fp8:
-            _check_fp8_no_grad(call.q, call.k, call.v)
-        if call.fp8 or any(d is not None for d in call.descales):
-            differentiable = False  # (descales without fp8 inputs: the library names the descale)
-        if call.block_table is not None:
-            import torch
+            if call.fp8:
+                _check_fp8_no_grad(call.q, call.k, call.v)
+            if call.fp8 or any(d is not None for d in call.descales):
+                differentiable = False  # (descales without fp8 inputs: the library names the descale)
+            if call.block_table is not None:
+                import torch
 
-            if torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, call.k, call.v)):
-                raise UnsupportedError("argument 'block_table': a paged k/v has no backward; call under "
-                                       "torch.no_grad() / torch.inference_mode(), or detach q, k and v",
-                                       "block_table", "unsupported")
-            differentiable = False
-        if differentiable:
-            out, lse, rng_state = torch_ops.attention(qp, kp, vp, deterministic=call.deterministic, **call.options())
+                if torch.is_grad_enabled() and any(t.requires_grad for t in (call.q, call.k, call.v)):
+                    raise UnsupportedError("argument 'block_table': a paged k/v has no backward; call under "
+                                           "torch.no_grad() / torch.inference_mode(), or detach q, k and v",
+                                           "block_table", "unsupported")
+                differentiable = False
+            if differentiable:
+                out, lse, rng_state = torch_ops.attention(qp, kp, vp, deterministic=call.deterministic,
+                                                          **call.options())
+            else:
+                out, lse, rng_state = torch_ops.attention_no_grad(qp, kp, vp, **call.options())
         else:
-            out, lse, rng_state = torch_ops.attention_no_grad(qp, kp, vp, **call.options())
-    else:
-        from . import numpy_api
+            from . import numpy_api
 
-        out, lse, rng_state = numpy_api.fwd(qp, kp, vp, **call.options())
+            out, lse, rng_state = numpy_api.fwd(qp, kp, vp, **call.options())
     if out.shape[-1] != call.head_dim_v:
         out = out[..., :call.head_dim_v]
     return out, lse, rng_state
@@ -533,6 +570,9 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
     else:
         _args.tensor(cache_seqlens, "cache_seqlens", kind, optional=True)
     head_dim_v = int(v_cache.shape[-1])
+    _same_head_dim(k_cache, "k_cache", head_dim, "the head_dim of q")
+    _same_head_dim(k, "k", head_dim, "the head_dim of q")
+    _same_head_dim(v, "v", head_dim_v, "the head_dim_v of v_cache")
     # As flash_attn: strided last dims of everything but the caches (written in place) are copied.
     (q, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, alibi_slopes,
      cu_seqlens_q) = (_args.last_dim_contiguous(x) for x in (q, k, v, rotary_cos, rotary_sin, cache_seqlens,
@@ -560,14 +600,15 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
     k_cache_p, v_cache_p = _pad_head_dim(k_cache, "k_cache"), _pad_head_dim(v_cache, "v_cache")
     options["k_new"], options["v_new"] = _pad_head_dim(k, "k"), _pad_head_dim(v, "v")  # no dict.update: dynamo
     qp = _pad_head_dim(q, "q")
-    if kind == "torch":
-        from . import torch_ops
+    with _caller_names({"k_new": "k", "v_new": "v", "block_table": block_table_name}, kind):
+        if kind == "torch":
+            from . import torch_ops
 
-        out, lse = torch_ops.attention_kvcache(qp, k_cache_p, v_cache_p, **options)
-    else:
-        from . import numpy_api
+            out, lse = torch_ops.attention_kvcache(qp, k_cache_p, v_cache_p, **options)
+        else:
+            from . import numpy_api
 
-        out, lse = numpy_api.fwd_kvcache(qp, k_cache_p, v_cache_p, **options)
+            out, lse = numpy_api.fwd_kvcache(qp, k_cache_p, v_cache_p, **options)
     if k is not None:
         for cache, padded in ((k_cache, k_cache_p), (v_cache, v_cache_p)):
             if padded is not cache:
@@ -793,25 +834,28 @@ def _raw_backward(call: _Call, dout: Any, out: Any, softmax_lse: Any, dq: Any, d
         if len(seed_offset) != 2:
             raise _args.value_error("rng_state", "must be the forward's rng_state [seed, offset]",
                                     f"{len(seed_offset)} values")
+    for name, x in (("out", out), ("dout", dout)):
+        _same_head_dim(x, name, call.head_dim_v, "the head_dim of v")
     dout, out = _args.last_dim_contiguous(dout), _args.last_dim_contiguous(out)
     qp, kp, vp = _pad_head_dim(call.q, "q"), _pad_head_dim(call.k, "k"), _pad_head_dim(call.v, "v")
     outp, doutp = _pad_head_dim(out, "out"), _pad_head_dim(dout, "dout")
     window_left, window_right = call.window
-    if kind == "torch":
-        import torch
+    with _caller_names(call.renames, kind):
+        if kind == "torch":
+            import torch
 
-        rng = torch.tensor(seed_offset, dtype=torch.int64)
-        with torch.no_grad():
-            grads = torch.ops.flashattn.bwd(
-                doutp, qp, kp, vp, outp, softmax_lse, call.cu_seqlens_q, call.cu_seqlens_k, call.seqused_k,
-                call.max_seqlen_q, call.max_seqlen_k, call.scale, call.causal, window_left, window_right,
-                call.softcap, call.alibi_slopes, call.dropout_p, rng, call.deterministic)
-    else:
-        from . import numpy_api
+            rng = torch.tensor(seed_offset, dtype=torch.int64)
+            with torch.no_grad():
+                grads = torch.ops.flashattn.bwd(
+                    doutp, qp, kp, vp, outp, softmax_lse, call.cu_seqlens_q, call.cu_seqlens_k, call.seqused_k,
+                    call.max_seqlen_q, call.max_seqlen_k, call.scale, call.causal, window_left, window_right,
+                    call.softcap, call.alibi_slopes, call.dropout_p, rng, call.deterministic)
+        else:
+            from . import numpy_api
 
-        grads = numpy_api.bwd(doutp, qp, kp, vp, outp, softmax_lse, rng_state=seed_offset, **{
-            name: value for name, value in call.options().items() if name != "num_splits"},
-            deterministic=call.deterministic)
+            grads = numpy_api.bwd(doutp, qp, kp, vp, outp, softmax_lse, rng_state=seed_offset, **{
+                name: value for name, value in call.options().items() if name != "num_splits"},
+                deterministic=call.deterministic)
     for target, grad, like in zip((dq, dk, dv), grads, (call.q, call.k, call.v)):
         if target is not None:
             target[...] = grad[..., :like.shape[-1]]

@@ -123,7 +123,10 @@ def attention_reference(q: Any, k: Any, v: Any, *, softmax_scale: Optional[float
     neg_inf = ops.full_like(logits, float("-inf"))
     logits = xp.where(visible[None, None], logits, neg_inf)
 
-    row_max = ops.amax(logits, axis=-1)
+    if seqlen_k == 0:  # a max over no keys has no identity (numpy and torch raise): rows see nothing
+        row_max = ops.full(tuple(logits.shape[:-1]) + (1,), float("-inf"), logits)
+    else:
+        row_max = ops.amax(logits, axis=-1)
     finite = xp.isfinite(row_max)
     row_max = xp.where(finite, row_max, ops.full_like(row_max, 0.0))
     weights = xp.exp(logits - row_max)
@@ -171,10 +174,10 @@ def varlen_attention_reference(q: Any, k: Any, v: Any, cu_seqlens_q: Sequence[in
         lses.append(lse_b[0])
     total_q = q.shape[0]
     used = cu_q[-1]
-    if used < total_q:  # rows no sequence owns: output 0, LSE -inf
-        rows = total_q - used
-        outs.append(ops.full((rows, q.shape[1], v.shape[-1]), 0.0, q))
-        lses.append(ops.full((q.shape[1], rows), float("-inf"), q))
+    # Rows no sequence owns: output 0, LSE -inf (also what makes an empty batch concatenate).
+    rows = total_q - used
+    outs.append(ops.full((rows, q.shape[1], v.shape[-1]), 0.0, q))
+    lses.append(ops.full((q.shape[1], rows), float("-inf"), q))
     out = ops.concat(outs, axis=0)
     lse = ops.concat(lses, axis=1)
     return out, lse

@@ -71,6 +71,11 @@ bool strides_nested(const std::vector<ByteDim>& dims) {
   return true;
 }
 
+// One device: the same type, and for CUDA the same index (a host tensor's index means nothing).
+bool same_device(const TensorView& a, const TensorView& b) {
+  return a.device == b.device && (a.device == DeviceType::Cpu || a.device_index == b.device_index);
+}
+
 int64_t floor_div(int64_t a, int64_t b) {  // b > 0
   const int64_t q = a / b;
   return (a % b != 0 && a < 0) ? q - 1 : q;
@@ -440,7 +445,7 @@ Status check_alignment(const TensorView& t, std::string_view name, Alignment kin
 
 Status check_same_device(const TensorView& t, std::string_view name, const TensorView& reference,
                          std::string_view reference_name) {
-  if (t.device != reference.device || t.device_index != reference.device_index)
+  if (!same_device(t, reference))
     return invalid_argument(name,
                             "must be on the device of " + quoted(reference_name) + " (" + device_string(reference) + ")",
                             device_string(t));
@@ -465,7 +470,7 @@ Status check_no_overlap(const TensorView& output, std::string_view output_name, 
                         std::string_view other_name) {
   if (!output.defined() || !other.defined() || output.numel() == 0 || other.numel() == 0) return {};
   if (output.data == nullptr || other.data == nullptr) return {};
-  if (output.device != other.device || output.device_index != other.device_index) return {};
+  if (!same_device(output, other)) return {};
   const ByteRange a = byte_range(output), b = byte_range(other);
   if (a.end <= b.begin || b.end <= a.begin) return {};
   // The ranges intersect. Views cut from one buffer with the same layout (dq/dk/dv of a packed

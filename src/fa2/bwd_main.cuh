@@ -9,6 +9,7 @@
 
 #include "common/cuda_status.h"
 #include "fa2/bwd_kernel.cuh"
+#include "fa2/device_limits.h"
 #include "fa2/bwd_tuning.h"
 #include "flashattn/flashattn.h"
 
@@ -44,10 +45,9 @@ Status launch_bwd_main_config(const BwdArgs& args, cudaStream_t stream) {
 // GPUs with less than ~220 KB per block).
 template <typename Element, int kHeadDim, bool kDropout, bool kGeneral>
 Status launch_bwd_main(const BwdArgs& args, cudaStream_t stream) {
-  int device = 0, smem_optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  FLASHATTN_CUDA_CHECK("fa2 bwd: reading the device", err);
+  DeviceLimits limits;
+  if (Status st = device_limits(&limits, "fa2 bwd: reading the device"); !st.ok()) return st;
+  const int smem_optin = limits.smem_optin;
   // Two key tiles per warp: the plain score path only (the general one spills at d128). d64
   // takes 128 rows per step where the shared memory allows (190 KB), else 64.
   if constexpr (!kDropout && !kGeneral) {

@@ -9,26 +9,12 @@
 #include "common/cuda_status.h"
 #include "common/env.h"
 #include "common/split_kv.h"
+#include "fa2/device_limits.h"
 #include "fa2/fa2_backend.h"
 #include "fa2/fwd_kernel.cuh"
 
 namespace flashattn::fa2 {
 namespace {
-
-struct DeviceLimits {
-  int multiprocessors = 0;
-  int smem_optin = 0;
-};
-
-Status device_limits(DeviceLimits* limits) {
-  int device = 0;
-  FLASHATTN_CUDA_CHECK("fa2 fwd: reading the device", cudaGetDevice(&device));
-  FLASHATTN_CUDA_CHECK("fa2 fwd: reading the device",
-                 cudaDeviceGetAttribute(&limits->multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  FLASHATTN_CUDA_CHECK("fa2 fwd: reading the device",
-                 cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return {};
-}
 
 // Splits for num_splits = 0: none when the row blocks already fill the GPU; otherwise enough to
 // reach about two waves, keeping at least two key tiles per split.
@@ -44,7 +30,7 @@ template <typename Config>
 Status launch(const AttnProblem& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Config>;
   DeviceLimits limits;
-  if (Status st = device_limits(&limits); !st.ok()) return st;
+  if (Status st = device_limits(&limits, "fa2 fwd: reading the device"); !st.ok()) return st;
   if (Config::kSmemBytes > limits.smem_optin)
     return Status::error(ErrorCode::Unsupported, "q",
                          "fa2 fwd: head dim " + std::to_string(p.head_dim) + " needs " +
@@ -132,7 +118,7 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
     using WideD256 = FwdConfig<Element, 256, 128, 64, 8, false, false>;
     if (dim > 224 && variant != 0) {
       DeviceLimits limits;
-      if (Status st = device_limits(&limits); !st.ok()) return st;
+      if (Status st = device_limits(&limits, "fa2 fwd: reading the device"); !st.ok()) return st;
       if (variant == 3 || (variant < 0 && WideD256::kSmemBytes <= limits.smem_optin)) return launch<WideD256>(p, stream);
     }
   }

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/mask.h"
+
 #include "api/validate.h"
 #include "cpu/reference.h"
 
@@ -23,7 +25,7 @@ std::string AttentionCase::name() const {
   if (alibi) s << "_alibi" << alibi;
   if (dropout_p > 0) s << "_dropout";
   if (varlen()) s << "_varlen" << varlen_q.size();
-  if (!seqused_k.empty()) s << "_seqused";
+  if (!seqused_k.empty()) s << (tight_max_seqlen_k ? "_seqused_tight" : "_seqused");
   if (num_splits != 1) s << "_splits" << num_splits;
   if (softmax_scale) s << (*softmax_scale < 0 ? "_negscale" : "_scale");
   return s.str();
@@ -52,6 +54,8 @@ AttentionRun::AttentionRun(const AttentionCase& c) : c_(c) {
     cu_k = int_tensor(ck);
   }
   if (!c.seqused_k.empty()) seqused = int_tensor(std::vector<int32_t>(c.seqused_k.begin(), c.seqused_k.end()));
+  if (c.varlen() && c.tight_max_seqlen_k && !c.seqused_k.empty())
+    max_k_ = std::max(1, *std::max_element(c.seqused_k.begin(), c.seqused_k.end()));
   q = HostTensor(c.dtype, qkv_shape(true, c.head_dim));
   k = HostTensor(c.dtype, qkv_shape(false, c.head_dim));
   v = HostTensor(c.dtype, qkv_shape(false, c_.dv()));
@@ -110,8 +114,9 @@ FwdParams AttentionRun::fwd_params(TensorView out_view, TensorView lse_view, Bac
   if (c_.varlen()) {
     p.cu_seqlens_q = cu_q.view();
     p.cu_seqlens_k = cu_k.view();
-    p.max_seqlen_q = max_q_;
-    p.max_seqlen_k = max_k_;
+    // Upper bounds of at least 1: with CUDA cu_seqlens, 0 (derive) is refused.
+    p.max_seqlen_q = std::max(max_q_, 1);
+    p.max_seqlen_k = std::max(max_k_, 1);
   }
   p.seqused_k = seqused.view();
   p.q_descale = q_descale.view();
@@ -200,6 +205,103 @@ BwdResult AttentionRun::check_bwd(Backend backend, const FwdRunner& fwd_runner, 
     cpu::reference::bwd(problem, precision);
   }
   return {errors(dq, dq64, dq_lp), errors(dk, dk64, dk_lp), errors(dv, dv64, dv_lp)};
+}
+
+namespace {
+
+// Largest L2 norm and largest |element| of the head_dim vectors of t; NaN vectors (keys past
+// seqused_k) are not part of the problem.
+struct VectorBounds {
+  double norm = 0, abs = 0;
+};
+VectorBounds vector_bounds(const HostTensor& t) {
+  VectorBounds b;
+  const int64_t dim = t.shape().back();
+  const std::vector<float> x = t.to_float();
+  for (int64_t v = 0; dim > 0 && v < t.numel() / dim; ++v) {
+    double norm = 0, abs = 0;
+    for (int64_t c = 0; c < dim; ++c) {
+      norm += double(x[size_t(v * dim + c)]) * x[size_t(v * dim + c)];
+      abs = std::max(abs, double(std::fabs(x[size_t(v * dim + c)])));
+    }
+    if (!std::isfinite(norm)) continue;
+    b.norm = std::max(b.norm, std::sqrt(norm));
+    b.abs = std::max(b.abs, abs);
+  }
+  return b;
+}
+
+}  // namespace
+
+double AttentionRun::max_dot_magnitude(const HostTensor& rows, const HostTensor& keys) const {
+  const int batch = c_.varlen() ? int(c_.varlen_q.size()) : c_.batch;
+  const int64_t dim = rows.shape().back(), group = c_.heads_q / c_.heads_k;
+  const std::vector<float> a = rows.to_float(), b = keys.to_float();
+  const MaskParams mask{c_.window_left, c_.causal ? 0 : c_.window_right};
+  double worst = 0;
+  for (int s = 0; s < batch; ++s) {
+    const int64_t sq = c_.varlen() ? c_.varlen_q[size_t(s)] : c_.seqlen_q;
+    const int64_t stored_k = c_.varlen() ? c_.varlen_k[size_t(s)] : c_.seqlen_k;
+    const int64_t sk = c_.seqused_k.empty() ? stored_k : c_.seqused_k[size_t(s)];
+    const int64_t row_q = c_.varlen() ? cu_q.as<int32_t>()[s] : int64_t(s) * c_.seqlen_q;
+    const int64_t row_k = c_.varlen() ? cu_k.as<int32_t>()[s] : int64_t(s) * c_.seqlen_k;
+    for (int h = 0; h < c_.heads_q; ++h)
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!key_visible(mask, i, j, sq, sk)) continue;
+          const float* x = a.data() + ((row_q + i) * c_.heads_q + h) * dim;
+          const float* y = b.data() + ((row_k + j) * c_.heads_k + h / group) * dim;
+          double sum = 0;
+          for (int64_t c = 0; c < dim; ++c) sum += std::fabs(double(x[c]) * y[c]);
+          worst = std::max(worst, sum);
+        }
+  }
+  return worst;
+}
+
+// The floor of one result: one unit in the last place at its magnitude (LSE: 8 units), and for
+// dQ and dK the rounding noise of dS = P (dP - D), D = rowsum(dO O) with O stored in the input
+// dtype: dP - D cancels (exactly where a row sees one key, nearly where its weight sits on one
+// key), leaving about two units at sum_c |dO_c V_c| (dP and D each rounded there), times what dS
+// multiplies (scale and K for dQ; scale and Q summed over the rows of a key, with random signs,
+// for dK). fp16/bf16: the reference's roundings of S, P and dP to the input dtype exceed that
+// noise, except in gradients that cancel to below it, where both sides are noise and the floor is
+// the noise. float32: the reference rounds nothing coarser, so the noise is part of the floor;
+// and each weight is exp2 of a float32 logit minus the float32 LSE, a relative error of about
+// |logit| 2^-24 that the naive reference (which subtracts the row max first) does not make
+// (tests/python/helpers.py takes the same term); with a softcap, dS scales by d logit / d s =
+// scale (1 - t^2), t = tanh(s scale / cap), which turns the rounding of s (a unit at
+// sum_c |q_c k_c|, the same in both) into a relative error of up to 2 (scale / cap) times that.
+double AttentionRun::floor(Result which, const Errors& e) const {
+  const bool is_lse = which == Result::Lse;
+  double floor = rounding_floor(is_lse ? DType::F32 : c_.dtype, e.reference_max) * (is_lse ? 8 : 1);
+  if (is_lse) return floor;
+  const bool f32 = c_.dtype == DType::F32;
+  const VectorBounds qb = vector_bounds(q), kb = vector_bounds(k), vb = vector_bounds(v);
+  const double scale = std::fabs(c_.softmax_scale ? *c_.softmax_scale : 1.0 / std::sqrt(double(c_.head_dim)));
+  const int64_t sq = c_.varlen() ? max_q_ : c_.seqlen_q, sk = c_.varlen() ? max_k_ : c_.seqlen_k;
+  if (which == Result::Dq || which == Result::Dk) {
+    const double unit = f32 ? 0x1p-24 : c_.dtype == DType::F16 ? 0x1p-11 : 0x1p-8;
+    const double rows_per_key = double(sq * (c_.heads_q / c_.heads_k));
+    const double ds_noise = 2 * unit * max_dot_magnitude(dout, v) / (1.0 - c_.dropout_p) * scale;
+    const double noise = ds_noise * (which == Result::Dq ? kb.abs : qb.abs * std::sqrt(rows_per_key));
+    if (f32) {
+      floor += noise;
+    } else if (e.reference_max < noise) {
+      floor = std::max(floor, noise);
+    }
+  }
+  if (!f32) return floor;
+  double logit = scale * qb.norm * kb.norm;
+  if (c_.softcap > 0) logit = std::min(logit, double(c_.softcap));
+  if (c_.alibi) logit += 0.5 * double(sq + sk);  // slopes drawn in [0.05, 0.5]
+  logit += std::log(double(std::max<int64_t>(sk, 1)));  // the LSE
+  const double weight_rounding = 4 * 0x1p-24 * std::max(1.0, logit);
+  const double magnitude = which == Result::Out ? vb.abs / (1.0 - c_.dropout_p) : e.reference_max;
+  floor += weight_rounding * magnitude;
+  if (c_.softcap > 0 && (which == Result::Dq || which == Result::Dk))
+    floor += 2 * (scale / c_.softcap) * 0x1p-24 * max_dot_magnitude(q, k) * e.reference_max;
+  return floor;
 }
 
 std::vector<AttentionCase> feature_sweep() {

@@ -31,7 +31,10 @@ struct AttentionCase {
   int alibi = 0;  // 0 off, 1 slopes (heads_q), 2 slopes (batch, heads_q)
   float dropout_p = 0.f;
   std::vector<int> varlen_q, varlen_k;  // non-empty: varlen layout with these lengths
+  bool varlen_layout = false;           // varlen layout even without sequences (batch 0)
   std::vector<int> seqused_k;           // non-empty: keys used per sequence
+  bool tight_max_seqlen_k = false;      // varlen with seqused_k: max_seqlen_k = the longest used
+                                        //   (not stored) key sequence, the bound validation asks
   int num_splits = 1;
   std::optional<float> softmax_scale;  // unset: the API's default 1/sqrt(head_dim)
   uint64_t seed = 1;
@@ -40,7 +43,7 @@ struct AttentionCase {
   bool fp8() const { return dtype == DType::F8E4M3; }
   // fp8 inputs write bfloat16, as FlashAttention-3.
   DType out_dtype() const { return fp8() ? DType::BF16 : dtype; }
-  bool varlen() const { return !varlen_q.empty(); }
+  bool varlen() const { return varlen_layout || !varlen_q.empty(); }
   std::string name() const;
 };
 
@@ -76,6 +79,15 @@ class AttentionRun {
   FwdResult check_fwd(Backend backend, const FwdRunner& runner = {});
   // Runs the backward (after a forward on the same backend) and the two references.
   BwdResult check_bwd(Backend backend, const FwdRunner& fwd_runner = {}, const BwdRunner& runner = {});
+
+  // The absolute floor of the tolerance rule for one result (`e` from check_fwd/check_bwd): one
+  // unit in the last place at its magnitude (lse: 8), plus, for float32 inputs, the roundings a
+  // tiled FlashAttention makes that the naive float32 reference does not (see the definition).
+  enum class Result { Out, Lse, Dq, Dk, Dv };
+  double floor(Result which, const Errors& e) const;
+  // max over the visible (row, key) pairs of sum_c |rows_ic keys_jc| (rows: q or dout; keys: k or
+  // v): the magnitude at which their dot product is rounded.
+  double max_dot_magnitude(const HostTensor& rows, const HostTensor& keys) const;
 
   const AttentionCase& config() const { return c_; }
   HostTensor q, k, v, dout, alibi_slopes, cu_q, cu_k, seqused;

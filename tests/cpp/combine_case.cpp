@@ -4,36 +4,50 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 
 #include "test_util.h"
 
 namespace flashattn::test {
 
-void check_combine(bool varlen, DType out_dtype, Backend backend, const CombineRunner& runner) {
-  const int splits = 5, batch = varlen ? 1 : 3, seqlen = varlen ? 37 : 13, heads = 4, dim = 40;
-  std::mt19937_64 rng(99 + int(varlen));
-  HostTensor out_partial(DType::F32, varlen ? std::vector<int64_t>{splits, seqlen, heads, dim}
-                                            : std::vector<int64_t>{splits, batch, seqlen, heads, dim});
-  HostTensor lse_partial(DType::F32, varlen ? std::vector<int64_t>{splits, heads, seqlen}
-                                            : std::vector<int64_t>{splits, batch, heads, seqlen});
+std::string CombineCase::name() const {
+  std::ostringstream s;
+  s << "splits" << splits << "_b" << batch << "_s" << seqlen << "_h" << heads << "_d" << head_dim
+    << (varlen ? "_varlen" : "") << "_" << dtype_name(out_dtype) << (with_lse ? "" : "_nolse") << "_empty"
+    << empty_share;
+  return s.str();
+}
+
+void check_combine_case(const CombineCase& c, Backend backend, const CombineRunner& runner) {
+  SCOPED_TRACE(c.name());
+  const int splits = c.splits, batch = c.varlen ? 1 : c.batch, seqlen = c.seqlen, heads = c.heads, dim = c.head_dim;
+  std::mt19937_64 rng(c.seed);
+  HostTensor out_partial(DType::F32, c.varlen ? std::vector<int64_t>{splits, seqlen, heads, dim}
+                                              : std::vector<int64_t>{splits, batch, seqlen, heads, dim});
+  HostTensor lse_partial(DType::F32, c.varlen ? std::vector<int64_t>{splits, heads, seqlen}
+                                              : std::vector<int64_t>{splits, batch, heads, seqlen});
   out_partial.fill_normal(rng);
   lse_partial.fill_uniform(rng, -4.f, 30.f);
   float* lse_p = lse_partial.as<float>();
   const int64_t rows_per_split = int64_t(batch) * heads * seqlen;
+  std::bernoulli_distribution empty(c.empty_share);
+  for (int64_t i = 0; i < splits * rows_per_split; ++i)
+    if (empty(rng)) lse_p[i] = -INFINITY;
   // Row (b=0, h=0, i=0) is empty in every split; row i=1 in all but one.
   for (int s = 0; s < splits; ++s) {
-    lse_p[s * rows_per_split + 0] = -INFINITY;
-    if (s != 2) lse_p[s * rows_per_split + 1] = -INFINITY;
+    if (rows_per_split > 0) lse_p[s * rows_per_split + 0] = -INFINITY;
+    if (rows_per_split > 1 && s != 2) lse_p[s * rows_per_split + 1] = -INFINITY;
   }
-  HostTensor out(out_dtype, varlen ? std::vector<int64_t>{seqlen, heads, dim} : std::vector<int64_t>{batch, seqlen, heads, dim});
-  HostTensor lse(DType::F32, varlen ? std::vector<int64_t>{heads, seqlen} : std::vector<int64_t>{batch, heads, seqlen});
+  HostTensor out(c.out_dtype, c.varlen ? std::vector<int64_t>{seqlen, heads, dim}
+                                       : std::vector<int64_t>{batch, seqlen, heads, dim});
+  HostTensor lse(DType::F32, c.varlen ? std::vector<int64_t>{heads, seqlen} : std::vector<int64_t>{batch, heads, seqlen});
   out.poison();
   lse.poison();
   CombineParams p;
   p.out_partial = out_partial.view();
   p.lse_partial = lse_partial.view();
   p.out = out.view();
-  p.softmax_lse = lse.view();
+  if (c.with_lse) p.softmax_lse = lse.view();
   p.backend = backend;
   const Status st = runner ? runner(p) : combine(p);
   ASSERT_TRUE(st.ok()) << st.message();
@@ -49,11 +63,13 @@ void check_combine(bool varlen, DType out_dtype, Backend backend, const CombineR
         double sum = 0;
         for (int s = 0; s < splits; ++s) sum += std::exp(double(lse_p[s * rows_per_split + lse_row]) - m);
         const double expect_lse = m == -INFINITY ? -INFINITY : m + std::log(sum);
-        const float got_lse = lse.as<float>()[lse_row];
-        if (std::isinf(expect_lse)) {
-          EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "row with no keys: lse " << got_lse;
-        } else {
-          worst_lse = std::max(worst_lse, std::fabs(got_lse - expect_lse));
+        if (c.with_lse) {
+          const float got_lse = lse.as<float>()[lse_row];
+          if (std::isinf(expect_lse)) {
+            EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "row with no keys: lse " << got_lse;
+          } else {
+            worst_lse = std::max(worst_lse, std::fabs(got_lse - expect_lse));
+          }
         }
         for (int x = 0; x < dim; ++x) {
           double acc = 0;
@@ -66,9 +82,19 @@ void check_combine(bool varlen, DType out_dtype, Backend backend, const CombineR
           worst = std::max(worst, std::fabs(double(out.get(out_index)) - acc) / (1 + std::fabs(acc)));
         }
       }
-  const double tol = out_dtype == DType::F32 ? 1e-5 : out_dtype == DType::BF16 ? 0x1p-8 : 0x1p-11;
+  const double tol = c.out_dtype == DType::F32 ? 1e-5 : c.out_dtype == DType::BF16 ? 0x1p-8 : 0x1p-11;
   EXPECT_LE(worst, tol);
   EXPECT_LE(worst_lse, 1e-5 * 30);
+}
+
+void check_combine(bool varlen, DType out_dtype, Backend backend, const CombineRunner& runner) {
+  CombineCase c;
+  c.varlen = varlen;
+  c.batch = varlen ? 1 : 3;
+  c.seqlen = varlen ? 37 : 13;
+  c.out_dtype = out_dtype;
+  c.seed = 99 + uint64_t(varlen);
+  check_combine_case(c, backend, runner);
 }
 
 }  // namespace flashattn::test

@@ -14,35 +14,37 @@
 
 namespace flashattn::test {
 
-void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner) {
-  SCOPED_TRACE(c.name());
+KvRun::KvRun(const KvCase& c) : c_(c) {
   std::mt19937_64 rng(c.seed);
   const bool paged = c.page_size > 0;
   const int pages_per_seq = paged ? (c.capacity + c.page_size - 1) / c.page_size : 0;
   const int batch_cache = c.batch_idx ? c.batch + 2 : c.batch;
   const int num_blocks = paged ? c.batch * pages_per_seq + 3 : 0;
 
-  HostTensor q(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim});
+  q = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim});
   q.fill_normal(rng);
   const std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_blocks, c.page_size, c.heads_k, c.head_dim}
                                                  : std::vector<int64_t>{batch_cache, c.capacity, c.heads_k, c.head_dim};
-  HostTensor k_cache(c.dtype, cache_shape), v_cache(c.dtype, cache_shape);
+  std::vector<int64_t> v_cache_shape = cache_shape;
+  v_cache_shape[3] = c.dv();
+  k_cache = HostTensor(c.dtype, cache_shape);
+  v_cache = HostTensor(c.dtype, v_cache_shape);
   k_cache.fill_normal(rng);
   v_cache.fill_normal(rng);
-  HostTensor k_new, v_new;
   if (c.seqlen_new > 0) {
     k_new = HostTensor(c.dtype, {c.batch, c.seqlen_new, c.heads_k, c.head_dim});
-    v_new = HostTensor(c.dtype, {c.batch, c.seqlen_new, c.heads_k, c.head_dim});
+    v_new = HostTensor(c.dtype, {c.batch, c.seqlen_new, c.heads_k, c.dv()});
     k_new.fill_normal(rng);
     v_new.fill_normal(rng);
   }
   std::vector<int32_t> lens(static_cast<size_t>(c.batch));
   std::uniform_int_distribution<int> len_dist(0, c.capacity - c.seqlen_new);
   for (auto& l : lens) l = len_dist(rng);
-  lens[0] = 0;                              // an empty cache
-  lens.back() = c.capacity - c.seqlen_new;  // a full one
-  HostTensor cache_seqlens = c.full_cache ? HostTensor() : int_tensor(lens);
-  HostTensor block_table, batch_index;
+  if (!lens.empty()) {
+    lens[0] = 0;                              // an empty cache
+    lens.back() = c.capacity - c.seqlen_new;  // a full one
+  }
+  if (!c.full_cache) cache_seqlens = int_tensor(lens);
   if (paged) {  // pages scattered in a random order
     std::vector<int32_t> pages(static_cast<size_t>(num_blocks));
     std::iota(pages.begin(), pages.end(), 0);
@@ -50,6 +52,10 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
     pages.resize(size_t(c.batch * pages_per_seq));
     block_table = HostTensor(DType::I32, {c.batch, pages_per_seq});
     std::copy(pages.begin(), pages.end(), block_table.as<int32_t>());
+    if (c.unused_pages && !c.full_cache)
+      for (int b = 0; b < c.batch; ++b)
+        for (int p = (lens[size_t(b)] + c.seqlen_new + c.page_size - 1) / c.page_size; p < pages_per_seq; ++p)
+          block_table.as<int32_t>()[b * pages_per_seq + p] = -1;
   }
   if (c.batch_idx) {
     std::vector<int32_t> idx(static_cast<size_t>(batch_cache));
@@ -58,7 +64,6 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
     idx.resize(size_t(c.batch));
     batch_index = int_tensor(idx);
   }
-  HostTensor cos, sin;
   if (c.rotary_dim > 0) {
     cos = HostTensor(c.dtype, {c.capacity + c.seqlen_q, c.rotary_dim / 2});
     sin = HostTensor(c.dtype, {c.capacity + c.seqlen_q, c.rotary_dim / 2});
@@ -69,9 +74,14 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
         sin.set(pos * (c.rotary_dim / 2) + i, float(std::sin(angle)));
       }
   }
-  HostTensor slopes;
+  if (c.alibi == 1) {
+    slopes = HostTensor(DType::F32, {c.heads_q});
+    slopes.fill_uniform(rng, 0.05f, 0.5f);
+  } else if (c.alibi == 2) {
+    slopes = HostTensor(DType::F32, {c.batch, c.heads_q});
+    slopes.fill_uniform(rng, 0.05f, 0.5f);
+  }
   // fp8: a distinct factor per (batch entry, kv head), drawn from their own stream.
-  HostTensor descales[3];
   if (c.dtype == DType::F8E4M3) {
     std::mt19937_64 descale_rng(c.seed ^ 0xfb8ull);
     for (HostTensor& d : descales) {
@@ -79,37 +89,54 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
       d.fill_uniform(descale_rng, 0.25f, 2.f);
     }
   }
-  const DType out_dtype = c.dtype == DType::F8E4M3 ? DType::BF16 : c.dtype;
+}
 
+KvCacheParams KvRun::params(const HostTensor& kc, const HostTensor& vc, TensorView out, TensorView lse,
+                            Backend backend) const {
+  KvCacheParams p;
+  p.q = q.view();
+  p.k_cache = kc.view();
+  p.v_cache = vc.view();
+  p.k_new = k_new.view();
+  p.v_new = v_new.view();
+  p.cache_seqlens = cache_seqlens.view();
+  p.cache_batch_idx = batch_index.view();
+  p.block_table = block_table.view();
+  p.rotary_cos = cos.view();
+  p.rotary_sin = sin.view();
+  p.rotary_interleaved = c_.interleaved;
+  p.causal = c_.causal;
+  p.window_left = c_.window_left;
+  p.window_right = c_.window_right;
+  p.softcap = c_.softcap;
+  p.alibi_slopes = slopes.view();
+  p.softmax_scale = c_.softmax_scale;
+  p.num_splits = c_.num_splits;
+  p.out = out;
+  p.softmax_lse = lse;
+  p.q_descale = descales[0].view();
+  p.k_descale = descales[1].view();
+  p.v_descale = descales[2].view();
+  p.backend = backend;
+  return p;
+}
+
+std::vector<int64_t> KvRun::out_shape() const { return {c_.batch, c_.seqlen_q, c_.heads_q, c_.dv()}; }
+std::vector<int64_t> KvRun::lse_shape() const { return {c_.batch, c_.heads_q, c_.seqlen_q}; }
+
+void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner) {
+  SCOPED_TRACE(c.name());
+  const KvRun run(c);
+  const HostTensor& k_cache = run.k_cache;
+  const HostTensor& v_cache = run.v_cache;
   auto params = [&](HostTensor& kc, HostTensor& vc, TensorView out, TensorView lse) {
-    KvCacheParams p;
-    p.q = q.view();
-    p.k_cache = kc.view();
-    p.v_cache = vc.view();
-    p.k_new = k_new.view();
-    p.v_new = v_new.view();
-    p.cache_seqlens = cache_seqlens.view();
-    p.cache_batch_idx = batch_index.view();
-    p.block_table = block_table.view();
-    p.rotary_cos = cos.view();
-    p.rotary_sin = sin.view();
-    p.rotary_interleaved = c.interleaved;
-    p.causal = c.causal;
-    p.window_left = c.window_left;
-    p.softcap = c.softcap;
-    p.num_splits = c.num_splits;
-    p.out = out;
-    p.softmax_lse = lse;
-    p.q_descale = descales[0].view();
-    p.k_descale = descales[1].view();
-    p.v_descale = descales[2].view();
-    p.backend = backend;
-    return p;
+    return run.params(kc, vc, out, lse, backend);
   };
 
   // Each run works on its own copy of the cache, since the call appends into it.
   HostTensor k_fast = k_cache, v_fast = v_cache;
-  HostTensor out(out_dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
+  const DType out_dtype = run.out_dtype();
+  HostTensor out(out_dtype, run.out_shape()), lse(DType::F32, run.lse_shape());
   out.poison();
   lse.poison();
   const KvCacheParams fast_params = params(k_fast, v_fast, out.view(), lse.view());

@@ -44,6 +44,8 @@ class HostTensor {
   const void* data() const { return const_cast<HostTensor*>(this)->aligned(); }
   template <typename T>
   T* as() { return static_cast<T*>(data()); }
+  template <typename T>
+  const T* as() const { return static_cast<const T*>(data()); }
 
   TensorView view() const {
     if (shape_.empty()) return {};
@@ -92,7 +94,7 @@ class HostTensor {
 
 inline HostTensor int_tensor(const std::vector<int32_t>& values) {
   HostTensor t(DType::I32, {int64_t(values.size())});
-  std::memcpy(t.data(), values.data(), values.size() * 4);
+  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * 4);
   return t;
 }
 

@@ -492,6 +492,17 @@ TEST_F(FwdRules, LseOverlapsOut) {
   EXPECT_INVALID(build(), "softmax_lse", "must not overlap the memory of 'out'");
 }
 
+// A host tensor's device_index means nothing: it neither moves the tensor to another device
+// (the message read "must be on the device of 'q' (cpu), got cpu") nor exempts it from the
+// overlap rules. (Found writing the fuzz tests' placement mutations.)
+TEST_F(FwdRules, HostDeviceIndexIsIgnored) {
+  p.k.device_index = 3;
+  p.softmax_lse.device_index = 7;
+  EXPECT_OK(build());
+  p.softmax_lse.data = out.data();
+  EXPECT_INVALID(build(), "softmax_lse", "must not overlap the memory of 'out'");
+}
+
 TEST_F(FwdRules, OutputAliasingItself) {
   p.out.stride[1] = 0;
   EXPECT_INVALID(build(), "out", "elements must not alias each other");

@@ -25,6 +25,8 @@ from flashattn import (
     reference,
 )
 from flashattn.bert_padding import pad_input, unpad_input
+from flashattn import fa3_interface
+from flashattn.interface import _flash_attn_backward
 from flashattn.rotary import apply_rotary_emb
 
 
@@ -74,6 +76,32 @@ CASES = [
     ("qkv_not_3", lambda: flash_attn_qkvpacked_func(arrays(1, 4, 2, 2, 16)), "qkv", ValueError),
     ("kv_none", lambda: flash_attn_kvpacked_func(Q, None), "kv", TypeError),
     ("kv_not_2", lambda: flash_attn_kvpacked_func(Q, arrays(1, 4, 3, 2, 16)), "kv", ValueError),
+    # Head dims that pad to one size (20 and 21 both run as 24) still must match: the extra
+    # column was dropped silently (test_fuzz.py, test_invalid_calls_raise_the_package_errors[23-dense]).
+    ("k_head_dim_21", lambda: flash_attn_func(arrays(1, 4, 2, 20), arrays(1, 4, 2, 21), arrays(1, 4, 2, 20)), "k",
+     ValueError),
+    ("kvcache_k_cache_head_dim_21", lambda: flash_attn_with_kvcache(arrays(1, 1, 2, 20), arrays(1, 8, 2, 21),
+                                                                    arrays(1, 8, 2, 20)), "k_cache", ValueError),
+    ("kvcache_k_head_dim_21", lambda: flash_attn_with_kvcache(arrays(1, 1, 2, 20), arrays(1, 8, 2, 20),
+                                                              arrays(1, 8, 2, 20), arrays(1, 1, 2, 21),
+                                                              arrays(1, 1, 2, 20), cache_seqlens=3), "k", ValueError),
+    ("kvcache_v_head_dim_21", lambda: flash_attn_with_kvcache(arrays(1, 1, 2, 20), arrays(1, 8, 2, 20),
+                                                              arrays(1, 8, 2, 20), arrays(1, 1, 2, 20),
+                                                              arrays(1, 1, 2, 21), cache_seqlens=3), "v", ValueError),
+    ("backward_out_head_dim_21", lambda: _flash_attn_backward(
+        arrays(1, 4, 2, 20), arrays(1, 4, 2, 20), arrays(1, 4, 2, 20), arrays(1, 4, 2, 20), arrays(1, 4, 2, 21),
+        np.zeros((1, 2, 4), np.float32), None, None, None, 0.0, 0.2, False, -1, -1, 0.0, None, False), "out",
+     ValueError),
+    # Errors the library raises name the argument as the caller passed it: k and v of
+    # flash_attn_with_kvcache (the library's k_new, v_new), a packed kv, FA3's page_table
+    # (test_fuzz.py, test_invalid_calls_raise_the_package_errors[25-kvcache]).
+    ("kvcache_k_dtype", lambda: flash_attn_with_kvcache(Q, CACHE.copy(), CACHE.copy(), Q[:, :1].astype(np.uint8),
+                                                        Q[:, :1], cache_seqlens=3), "k", TypeError),
+    ("kvcache_v_batch", lambda: flash_attn_with_kvcache(Q, CACHE.copy(), CACHE.copy(), Q[:, :1],
+                                                        arrays(2, 1, 2, 16), cache_seqlens=3), "v", ValueError),
+    ("kvpacked_kv_batch", lambda: flash_attn_kvpacked_func(Q, arrays(2, 4, 2, 2, 16)), "kv", ValueError),
+    ("fa3_page_table_range", lambda: fa3_interface.flash_attn_with_kvcache(
+        Q, CACHE, CACHE, cache_seqlens=3, page_table=np.array([[5]], np.int32)), "page_table", ValueError),
     # varlen
     ("cu_list", lambda: flash_attn_varlen_func(Q[0], Q[0], Q[0], [0, 4], CU, 4, 4), "cu_seqlens_q", TypeError),
     ("cu_k_none", lambda: flash_attn_varlen_func(Q[0], Q[0], Q[0], CU, None, 4, 4), "cu_seqlens_k", TypeError),

@@ -211,6 +211,17 @@ def test_empty_forward_and_backward(empty, causal):
         assert dk.size > 0  # keys without queries get zero gradients
 
 
+@pytest.mark.parametrize("empty", ["batch", "seqlen_q", "seqlen_k"])
+def test_empty_forward_with_dropout_probs(empty):
+    # S_dmask comes from the reference's probabilities, whose row max over no keys raised numpy's
+    # "zero-size array to reduction operation" (test_fuzz.py, test_valid_dense_forward[16]).
+    b, sq, sk = (0 if empty == "batch" else 2), (0 if empty == "seqlen_q" else 9), (0 if empty == "seqlen_k" else 7)
+    q, k, v = _randn(b, sq, 4, 64), _randn(b, sk, 2, 64, seed=4), _randn(b, sk, 2, 64, seed=5)
+    out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=0.3, return_attn_probs=True)
+    assert out.shape == (b, sq, 4, 64) and lse.shape == (b, 4, sq) and s_dmask.shape[:2] == (b, 4)
+    assert (out == 0).all() and (lse == -np.inf).all() and (s_dmask == 0).all()
+
+
 @pytest.mark.parametrize("empty", ["rows", "keys"])
 def test_empty_varlen(empty):
     from flashattn import flash_attn_varlen_func
