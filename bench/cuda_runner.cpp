@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_tensors.h"
+#include "kvcache_layout.h"
 #include "params.h"
 #include "runner.h"
 #include "tensors.h"
@@ -12,67 +14,11 @@
 namespace flashattn::bench {
 namespace {
 
-Status cuda_status(cudaError_t err, const char* what) {
-  return Status::error(ErrorCode::CudaError, "",
-                       std::string(what) + " failed: " + cudaGetErrorString(err));
-}
-
-#define BENCH_CUDA_TRY(expr)                                 \
-  do {                                                       \
-    const cudaError_t bench_err_ = (expr);                   \
-    if (bench_err_ != cudaSuccess) return cuda_status(bench_err_, #expr); \
-  } while (0)
-
-// One device allocation with a host-side description of its shape.
-class DeviceTensor {
- public:
-  DeviceTensor() = default;
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  ~DeviceTensor() {
-    if (data_) cudaFree(data_);
-  }
-
-  // Allocates (and, when seed != 0, fills with random normal values through a host staging copy).
-  Status create(DType dtype, std::initializer_list<int64_t> shape, int device, uint64_t seed) {
-    const HostTensor staging(dtype, shape);
-    BENCH_CUDA_TRY(cudaMalloc(&data_, std::max<std::size_t>(staging.bytes(), 16)));
-    if (seed != 0) {
-      fill_random_normal(staging.data(), dtype, staging.numel(), seed);
-      BENCH_CUDA_TRY(cudaMemcpy(data_, staging.data(), staging.bytes(), cudaMemcpyHostToDevice));
-    } else {
-      BENCH_CUDA_TRY(cudaMemset(data_, 0, staging.bytes()));
-    }
-    view_ = TensorView::contiguous(data_, dtype, shape, DeviceType::Cuda, device);
-    return Status();
-  }
-  TensorView view() const { return view_; }
-
- private:
-  void* data_ = nullptr;
-  TensorView view_;
-};
-
-class CudaEvent {
- public:
-  CudaEvent() { error_ = cudaEventCreate(&event_); }
-  ~CudaEvent() {
-    if (error_ == cudaSuccess) cudaEventDestroy(event_);
-  }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  cudaEvent_t get() const { return event_; }
-  cudaError_t error() const { return error_; }
-
- private:
-  cudaEvent_t event_{};
-  cudaError_t error_;
-};
-
 class CudaRunner final : public Runner {
  public:
   explicit CudaRunner(const RunSettings& settings) : settings_(settings) {}
   ~CudaRunner() override {
+    if (l2_flush_) cudaFree(l2_flush_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -85,6 +31,7 @@ class CudaRunner final : public Runner {
     row->c = c;
     row->backend = settings_.label;
     row->dtype = dtype_name(settings_.dtype);
+    if (s.kvcache) return run_kvcache(s, row);
     const DType dt = settings_.dtype;
     const int dev = settings_.device;
     const uint64_t seed = ++seed_ * 16;
@@ -97,6 +44,7 @@ class CudaRunner final : public Runner {
         !(st = out.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, 0)).ok() ||
         !(st = lse.create(DType::F32, {s.batch, s.heads_q, s.seqlen_q}, dev, 0)).ok())
       return st;
+    BENCH_CUDA_TRY(cudaDeviceSynchronize());  // the tensors' fills (see DeviceTensor)
 
     AttentionViews views;
     views.q = q.view();
@@ -106,7 +54,7 @@ class CudaRunner final : public Runner {
     views.lse = lse.view();
     const FwdParams fp = make_fwd_params(s, views, settings_.backend, stream_);
     if (c.direction == Direction::Fwd) {
-      return time_calls([&] { return fwd(fp); }, row);
+      return time_calls([&] { return fwd(fp); }, row, /*flush_l2=*/false);
     }
 
     if (!(st = dout.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, seed + 4)).ok() ||
@@ -114,6 +62,7 @@ class CudaRunner final : public Runner {
         !(st = dk.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, 0)).ok() ||
         !(st = dv.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, 0)).ok())
       return st;
+    BENCH_CUDA_TRY(cudaDeviceSynchronize());
     // The backward needs the forward's out and lse; that forward is not timed.
     if (!(st = fwd(fp)).ok()) return st;
     views.dout = dout.view();
@@ -121,22 +70,66 @@ class CudaRunner final : public Runner {
     views.dk = dk.view();
     views.dv = dv.view();
     const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_, settings_.deterministic);
-    return time_calls([&] { return bwd(bp); }, row);
+    return time_calls([&] { return bwd(bp); }, row, /*flush_l2=*/false);
   }
 
  private:
+  // The cache, its block table and lengths live on the device, as in a serving engine.
+  Status run_kvcache(const Shape& s, Row* row) {
+    const KvCacheLayout layout = make_kvcache_layout(s);
+    const DType dt = settings_.dtype;
+    const int dev = settings_.device;
+    const uint64_t seed = ++seed_ * 16;
+    DeviceTensor q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, out, lse;
+    Status st;
+    if (!(st = q.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, seed + 1)).ok() ||
+        !(st = k_cache.create(dt, {layout.cache_rows, layout.keys_per_row, s.heads_k, s.head_dim}, dev, seed + 2))
+             .ok() ||
+        !(st = v_cache.create(dt, {layout.cache_rows, layout.keys_per_row, s.heads_k, s.head_dim}, dev, seed + 3))
+             .ok() ||
+        !(st = cache_seqlens.upload(int32_tensor(layout.cache_seqlens, {s.batch}), dev)).ok() ||
+        !(st = out.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, 0)).ok() ||
+        !(st = lse.create(DType::F32, {s.batch, s.heads_q, s.seqlen_q}, dev, 0)).ok())
+      return st;
+    if (layout.seqlen_new > 0 &&
+        (!(st = k_new.create(dt, {s.batch, layout.seqlen_new, s.heads_k, s.head_dim}, dev, seed + 4)).ok() ||
+         !(st = v_new.create(dt, {s.batch, layout.seqlen_new, s.heads_k, s.head_dim}, dev, seed + 5)).ok()))
+      return st;
+    if (layout.pages_per_sequence > 0 &&
+        !(st = block_table.upload(int32_tensor(layout.block_table, {s.batch, layout.pages_per_sequence}), dev)).ok())
+      return st;
+    BENCH_CUDA_TRY(cudaDeviceSynchronize());  // the tensors' fills (see DeviceTensor)
+
+    const KvCacheViews views{q.view(),     k_cache.view(),     v_cache.view(), k_new.view(), v_new.view(),
+                             cache_seqlens.view(), block_table.view(), out.view(),     lse.view()};
+    const KvCacheParams params = make_kvcache_params(s, views, settings_.backend, stream_);
+    // With append, every call writes the same k_new/v_new at the same positions: cache_seqlens
+    // stays constant, so appending again is idempotent, the cache needs no reset between calls,
+    // and every call does the same work without growing anything.
+    return time_calls([&] { return fwd_kvcache(params); }, row, /*flush_l2=*/true);
+  }
+
   // Warm-up calls, then one event pair around each timed call; the events are read only after
-  // the last call so the host never stalls the queue between calls.
+  // the last call so the host never stalls the queue between calls. With flush_l2, a write over
+  // a buffer larger than the L2 precedes each timed call, outside its events: a decode step reads
+  // a cache that the rest of the model evicted from L2 since the last step, and a small cache
+  // would otherwise be read from L2 by every repeat. (triton's do_bench, which FlashAttention-3's
+  // benchmark uses, does the same.)
   template <typename Call>
-  Status time_calls(Call&& call, Row* row) {
+  Status time_calls(Call&& call, Row* row, bool flush_l2) {
     for (int i = 0; i < settings_.warmup; ++i) {
       const Status st = call();
+      if (!st.ok()) return st;
+    }
+    if (flush_l2) {
+      const Status st = allocate_l2_flush();
       if (!st.ok()) return st;
     }
     std::vector<CudaEvent> starts(size_t(settings_.repeats)), stops(size_t(settings_.repeats));
     for (int i = 0; i < settings_.repeats; ++i) {
       BENCH_CUDA_TRY(starts[size_t(i)].error());
       BENCH_CUDA_TRY(stops[size_t(i)].error());
+      if (flush_l2) BENCH_CUDA_TRY(cudaMemsetAsync(l2_flush_, 0, l2_flush_bytes_, stream_));
       BENCH_CUDA_TRY(cudaEventRecord(starts[size_t(i)].get(), stream_));
       const Status st = call();
       if (!st.ok()) return st;
@@ -153,8 +146,20 @@ class CudaRunner final : public Runner {
     return Status();
   }
 
+  // Twice the L2, at least 256 MiB (as triton's do_bench); allocated once per run.
+  Status allocate_l2_flush() {
+    if (l2_flush_) return Status();
+    int l2_bytes = 0;
+    BENCH_CUDA_TRY(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, settings_.device));
+    l2_flush_bytes_ = std::max(std::size_t(2) * std::size_t(l2_bytes), std::size_t(256) << 20);
+    BENCH_CUDA_TRY(cudaMalloc(&l2_flush_, l2_flush_bytes_));
+    return Status();
+  }
+
   RunSettings settings_;
   cudaStream_t stream_ = nullptr;
+  void* l2_flush_ = nullptr;
+  std::size_t l2_flush_bytes_ = 0;
   uint64_t seed_ = 0;
 };
 

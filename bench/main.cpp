@@ -1,4 +1,4 @@
-// flashattn_bench: times fwd/bwd over a grid of shapes on one backend. See --help.
+// flashattn_bench: times fwd/bwd (and fwd_kvcache) over a grid of shapes on one backend. See --help.
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -104,19 +104,19 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::vector<fb::Case> cases;
-  if (o.shape) {
-    cases = fb::single_shape_cases(*o.shape, o.filter);
-  } else {
-    cases = *fb::named_grid(o.grid, o.filter);  // the name was checked while parsing
-  }
-
   const std::optional<Plan> planned = make_plan(o, &error);
   if (!planned) {
     std::fprintf(stderr, "flashattn_bench: %s\n", error.c_str());
     return 1;
   }
   const Plan& plan = *planned;
+  std::vector<fb::Case> cases;
+  if (o.shape) {
+    cases = fb::single_shape_cases(*o.shape, o.filter);
+  } else {
+    // The name was checked while parsing.
+    cases = *fb::named_grid(o.grid, o.filter, plan.on_gpu ? fb::Machine::Gpu : fb::Machine::Cpu);
+  }
   fb::RunInfo info;
   info.library_version = flashattn::version();
   info.date_utc = utc_now();
@@ -144,19 +144,12 @@ int main(int argc, char** argv) {
     const flashattn::Status status = runner->run(c, &row);
     if (status.code() == flashattn::ErrorCode::Unsupported) {
       // A backend that does not cover a case (fa3 at d256 today) skips it; the table says so.
-      const fb::Shape& s = c.shape;
-      std::printf("# skipped %s d=%lld causal=%d seqlen=%lld: %s\n", fb::direction_name(c.direction),
-                  (long long)s.head_dim, int(s.causal), (long long)s.seqlen_q, status.message().c_str());
+      std::printf("# skipped %s: %s\n", fb::describe_case(c).c_str(), status.message().c_str());
       continue;
     }
     if (!status.ok()) {
-      const fb::Shape& s = c.shape;
-      std::fprintf(stderr,
-                   "flashattn_bench: %s failed for b=%lld sq=%lld sk=%lld hq=%lld hk=%lld d=%lld "
-                   "causal=%d: %s\n",
-                   fb::direction_name(c.direction), (long long)s.batch, (long long)s.seqlen_q,
-                   (long long)s.seqlen_k, (long long)s.heads_q, (long long)s.heads_k,
-                   (long long)s.head_dim, int(s.causal), status.message().c_str());
+      std::fprintf(stderr, "flashattn_bench: failed: %s: %s\n", fb::describe_case(c).c_str(),
+                   status.message().c_str());
       write_json_or_warn(o, info, rows);  // keep what was measured before the failure
       return 1;
     }

@@ -20,17 +20,28 @@ const char* backend_choice_name(BackendChoice choice) {
 std::string usage_text(const char* program) {
   return std::string("usage: ") + program + R"( [options]
 
-Times flashattn's forward and backward passes over a grid of shapes and prints a table
-(median ms, TFLOP/s, GB/s, extra memory). On the CPU backend it also runs the naive
-O(seqlen^2)-memory reference beside each forward and shows its time, its score-matrix memory
-and the max |difference| of the outputs.
+Times flashattn's forward and backward passes (and fwd_kvcache, the decode step) over a grid of
+shapes and prints a table (median ms, TFLOP/s, GB/s, extra memory). On the CPU backend it also
+runs the naive O(seqlen^2)-memory reference beside each forward and shows its time, its
+score-matrix memory and the max |difference| of the outputs.
 
   --backend cpu|auto|fa2|fa3   which backend (default auto: the GPU when one is visible, else cpu)
   --grid small|peers|decode    small: CPU-sized (seqlen 256..2048, d 64/128); peers: the
                                published grid, (batch, heads) = (16384/seqlen, 2048/d), seqlen
-                               512..16384, d 64/128/256; decode: seqlen_q 1 against 1k..64k keys,
-                               32 query / 8 KV heads, d 128 (default small)
+                               512..16384, d 64/128/256; decode: serving's decode step through
+                               fwd_kvcache (default small). Decode grid, d 128, causal, every shape
+                               over a dense cache and over paged caches of 16 and 256 keys a page
+                               (pages shuffled), K+V at most 4 GiB in bf16 (batch*keys*kv_heads
+                               <= 8M); GB/s counts the K+V read:
+                                 sweep: 32/8 heads, 1 query, batch 1/8/32/128 x 1k..128k keys
+                                 variants at batch 1/8/32 x 8k/32k/128k keys: 64/8 heads; 32/32
+                                 heads; append; 4 queries; 4 queries with append
+                               on the CPU: sweep batch 1/4 x 1k/4k/16k keys, variants at batch
+                               1/4 x 4k/16k keys, K+V at most 64 MiB in bf16
   --shape b,sq,sk,h,d[,hk]     one shape instead of a grid (hk: KV heads, default h)
+  --kvcache dense|PAGE         with --shape: time fwd_kvcache over a cache of sk keys a sequence,
+                               dense or in pages of PAGE keys
+  --append                     with --kvcache: the call appends sq of the sk keys (k_new, v_new)
   --causal 0|1|both            causal settings to run (default: the grid's)
   --direction fwd|bwd|both     directions to run (default: the grid's)
   --dtype bf16|fp16|fp32       element type of q, k, v, out (default bf16)
@@ -79,10 +90,40 @@ std::optional<std::size_t> parse_bytes(std::string text) {
   }
 }
 
+// --kvcache and --append make sense only on a --shape that fwd_kvcache can run; the decode grid
+// runs fwd_kvcache, which has no backward.
+bool check_kvcache_options(const Options& o, const KvCache& kvcache, bool kvcache_given, std::string* error) {
+  const bool backward_only = o.filter.direction == Direction::Bwd;
+  if (kvcache.append && !kvcache_given) {
+    *error = "--append needs --kvcache";
+    return false;
+  }
+  if (kvcache_given && !o.shape) {
+    *error = "--kvcache needs --shape (the decode grid sets its own caches)";
+    return false;
+  }
+  if (kvcache_given && backward_only) {
+    *error = "--kvcache times fwd_kvcache, which has no backward (--direction bwd)";
+    return false;
+  }
+  if (kvcache.append && o.shape->seqlen_q > o.shape->seqlen_k) {
+    *error = "--append appends sq of the sk keys: sq must not exceed sk";
+    return false;
+  }
+  if (!o.shape && o.grid == "decode" && backward_only) {
+    *error = "the decode grid times fwd_kvcache, which has no backward (--direction bwd)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<Options> parse_options(int argc, char** argv, std::string* error) {
   Options o;
+  // --kvcache and --append shape a --shape given anywhere on the line; applied after the loop.
+  KvCache kvcache;
+  bool kvcache_given = false;
   auto bad = [&](const std::string& option, const std::string& value) {
     *error = "invalid value '" + value + "' for " + option;
     return std::nullopt;
@@ -160,6 +201,12 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
          if (n) o.naive_max_bytes = *n;
          return n.has_value();
        }},
+      {"--kvcache",
+       [&](const std::string& v) {
+         const auto page_size = v == "dense" ? std::optional<int>(0) : parse_int(v, 1);
+         if (page_size) kvcache.page_size = *page_size;
+         return page_size.has_value();
+       }},
       {"--json",
        [&](const std::string& v) {
          o.json_path = v;
@@ -179,6 +226,10 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
     }
     if (arg == "--no-naive") {
       o.naive = false;
+      continue;
+    }
+    if (arg == "--append") {
+      kvcache.append = true;
       continue;
     }
     std::string value;
@@ -205,7 +256,10 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
       if (!error->empty()) return std::nullopt;  // the handler explained it
       return bad(arg, value);
     }
+    if (arg == "--kvcache") kvcache_given = true;
   }
+  if (!check_kvcache_options(o, kvcache, kvcache_given, error)) return std::nullopt;
+  if (kvcache_given) o.shape->kvcache = kvcache;
   return o;
 }
 

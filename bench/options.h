@@ -15,7 +15,8 @@ enum class BackendChoice { Auto, Cpu, Fa2, Fa3 };
 struct Options {
   BackendChoice backend = BackendChoice::Auto;
   std::string grid = "small";
-  std::optional<Shape> shape;  // --shape: run this shape instead of a grid
+  std::optional<Shape> shape;  // --shape: run this shape instead of a grid (with --kvcache and
+                               //   --append: through fwd_kvcache)
   GridFilter filter;           // --causal, --direction
   DType dtype = DType::BF16;
   std::optional<int> warmup;   // defaults depend on the device (see main.cpp)

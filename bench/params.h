@@ -1,4 +1,5 @@
-// The benchmark's calls: the same FwdParams/BwdParams for every runner, whatever owns the tensors.
+// The benchmark's calls: the same FwdParams/BwdParams/KvCacheParams for every runner, whatever
+// owns the tensors.
 #pragma once
 
 #include "flashattn/flashattn.h"
@@ -41,6 +42,30 @@ inline BwdParams make_bwd_params(const Shape& s, const AttentionViews& t, Backen
   p.causal = s.causal;
   p.backend = backend;
   p.stream = stream;
+  return p;
+}
+
+// The tensors of a fwd_kvcache case; k_new/v_new and block_table undefined when not used.
+struct KvCacheViews {
+  TensorView q, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, out, lse;
+};
+
+inline KvCacheParams make_kvcache_params(const Shape& s, const KvCacheViews& t, Backend backend,
+                                         void* stream = nullptr) {
+  KvCacheParams p;
+  p.q = t.q;
+  p.k_cache = t.k_cache;
+  p.v_cache = t.v_cache;
+  p.k_new = t.k_new;
+  p.v_new = t.v_new;
+  p.cache_seqlens = t.cache_seqlens;
+  p.block_table = t.block_table;
+  p.out = t.out;
+  p.softmax_lse = t.lse;
+  p.causal = s.causal;
+  p.backend = backend;
+  p.stream = stream;
+  p.num_splits = 0;  // the library chooses, as serving leaves it
   return p;
 }
 

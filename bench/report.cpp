@@ -36,6 +36,12 @@ std::string optional_bytes(const std::optional<std::size_t>& bytes) {
   return bytes ? format_bytes(*bytes) : "-";
 }
 
+// "-" without a KV cache (fwd), "dense", or the page size.
+std::string page_cell(const Shape& s) {
+  if (!s.kvcache) return "-";
+  return s.kvcache->page_size == 0 ? "dense" : std::to_string(s.kvcache->page_size);
+}
+
 std::string optional_err(const std::optional<double>& err) {
   if (!err) return "-";
   char buf[32];
@@ -46,9 +52,10 @@ std::string optional_err(const std::optional<double>& err) {
 }  // namespace
 
 void TablePrinter::header() const {
-  std::fprintf(out_, "%-10s %-8s %5s %8s %8s %5s %5s %4s %6s %4s %11s %9s %9s %11s", "backend",
+  // New columns go last: scripts read the others by position (tools/gpu/fa2_tiles.sh).
+  std::fprintf(out_, "%-10s %-8s %5s %8s %8s %5s %5s %4s %6s %4s %11s %9s %9s %11s %5s %6s", "backend",
                "dtype", "batch", "seqlen_q", "seqlen_k", "h_q", "h_k", "d", "causal", "dir",
-               "median_ms", "TFLOP/s", "GB/s", "extra_mem");
+               "median_ms", "TFLOP/s", "GB/s", "extra_mem", "page", "append");
   if (with_naive_)
     std::fprintf(out_, " | %11s %12s %9s", "naive_ms", "naive_scores", "max_err");
   std::fprintf(out_, "\n");
@@ -57,11 +64,12 @@ void TablePrinter::header() const {
 
 void TablePrinter::row(const Row& r) const {
   const Shape& s = r.c.shape;
-  std::fprintf(out_, "%-10s %-8s %5lld %8lld %8lld %5lld %5lld %4lld %6d %4s %11.3f %9.4g %9.1f %11s",
+  std::fprintf(out_, "%-10s %-8s %5lld %8lld %8lld %5lld %5lld %4lld %6d %4s %11.3f %9.4g %9.1f %11s %5s %6s",
                r.backend.c_str(), r.dtype.c_str(), (long long)s.batch, (long long)s.seqlen_q,
                (long long)s.seqlen_k, (long long)s.heads_q, (long long)s.heads_k,
                (long long)s.head_dim, int(s.causal), direction_name(r.c.direction), r.median_ms,
-               r.tflops, r.gbps, optional_bytes(r.extra_bytes).c_str());
+               r.tflops, r.gbps, optional_bytes(r.extra_bytes).c_str(), page_cell(s).c_str(),
+               s.kvcache ? (s.kvcache->append ? "1" : "0") : "-");
   if (with_naive_) {
     std::fprintf(out_, " | %11s %12s %9s", optional_ms(r.naive_ms).c_str(),
                  optional_bytes(r.naive_score_bytes).c_str(), optional_err(r.max_abs_err).c_str());
@@ -144,7 +152,10 @@ bool write_json(const std::string& path, const RunInfo& info, const std::vector<
         << ", \"naive_ms\": " << json_optional(r.naive_ms)
         << ", \"naive_score_bytes\": " << json_optional(r.naive_score_bytes)
         << ", \"max_abs_err\": " << json_optional(r.max_abs_err)
-        << ", \"naive_note\": " << json_string(r.naive_note) << "}";
+        << ", \"naive_note\": " << json_string(r.naive_note)
+        << ", \"kvcache\": " << (s.kvcache ? "true" : "false")
+        << ", \"page_size\": " << (s.kvcache ? std::to_string(s.kvcache->page_size) : "null")
+        << ", \"append\": " << (s.kvcache && s.kvcache->append ? "true" : "false") << "}";
   }
   out << "\n  ]\n}\n";
   out.close();

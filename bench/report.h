@@ -19,7 +19,7 @@ struct Row {
   double median_ms = 0, min_ms = 0;
   int repeats = 0;
   double tflops = 0;  // by the FLOP convention in grid.h, from the median
-  double gbps = 0;    // minimum bytes moved / median time
+  double gbps = 0;    // minimum bytes moved (kvcache: K+V read) / median time
   // Memory the backend allocated for itself beyond inputs and outputs (CPU: workspace peak).
   std::optional<std::size_t> extra_bytes;
   // The naive O(N^2)-memory reference beside the tiled path (CPU forward only).
@@ -53,6 +53,8 @@ class TablePrinter {
 };
 
 // Writes {"info": {...}, "rows": [...]} to path; false (and *error) when the file cannot be written.
+// Rows carry the table's columns; a kvcache row has "kvcache": true, "page_size" (0: dense) and
+// "append", other rows false, null and false.
 bool write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows,
                 std::string* error);
 

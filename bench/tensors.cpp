@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <stdexcept>
 
 #include "cpu/element_io.h"
 
@@ -24,6 +25,13 @@ HostTensor::HostTensor(DType dtype, std::initializer_list<int64_t> shape) : dtyp
 }
 
 float HostTensor::get(int64_t i) const { return cpu::load_element(data_.get(), i, dtype_); }
+
+HostTensor int32_tensor(const std::vector<int32_t>& values, std::initializer_list<int64_t> shape) {
+  HostTensor t(DType::I32, shape);
+  if (size_t(t.numel()) != values.size()) throw std::invalid_argument("int32_tensor: values do not fill the shape");
+  if (!values.empty()) std::memcpy(t.data(), values.data(), t.bytes());
+  return t;
+}
 
 namespace {
 

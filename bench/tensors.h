@@ -36,6 +36,9 @@ class HostTensor {
   TensorView view_;
 };
 
+// An int32 tensor of `shape` holding `values` (as many as the shape has elements).
+HostTensor int32_tensor(const std::vector<int32_t>& values, std::initializer_list<int64_t> shape);
+
 // Fills `count` elements of `dtype` at dst with N(0, 1) values (never all zeros: the softmax of
 // zeros is uniform and hides bugs and fast paths alike). Values come from a precomputed pool of a
 // prime length, copied from a pseudo-random start, so filling gigabytes takes milliseconds while
