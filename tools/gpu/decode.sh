@@ -38,7 +38,7 @@ if [[ "$steps" == *" sanitize "* ]]; then
   # Small cases of each new path: packed decode with splits, idle warps, leftpad, varlen queries
   # over a cache, paged varlen with page size 1 and 7.
   small="Decode/Fa2Forward.MatchesReference/*_b3_sq1_sk77_h32x8_d128_*:*Fa2KvCacheAlone.*/0_*:"
-  small+="*Fa2KvCacheAlone.*/16_*:*Fa2KvCacheAlone.*/21_*:*Fa2PagedVarlen.*/0_*:*Fa2PagedVarlen.*/1_*"
+  small+="*Fa2KvCacheAlone.*/16_*:*Fa2KvCacheAlone.*varlen_leftpad*:*Fa2PagedVarlen.*/0_*:*Fa2PagedVarlen.*/1_*"
   FA_SANITIZE_FILTER="${DECODE_SANITIZE_FILTER:-$small}" FA_SANITIZE_TOOLS="${DECODE_SANITIZE_TOOLS:-memcheck}" \
     bash "$FA_ROOT/tools/gpu/sanitize.sh" "$logdir/sanitize" || true
   cat "$logdir/sanitize/summary.txt" 2>/dev/null
