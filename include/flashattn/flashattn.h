@@ -9,6 +9,7 @@
 //   q            (batch, seqlen_q, heads_q, head_dim)        varlen: (total_q, heads_q, head_dim)
 //   k, v         (batch, seqlen_k, heads_k, head_dim[_v])    varlen: (total_k, heads_k, head_dim)
 //   out          like q with head_dim_v
+//   q/k/v_descale float32 (batch, heads_k), fp8 e4m3 inputs only (see Fp8Descales)
 //   softmax_lse  float32 (batch, heads_q, seqlen_q)          varlen: (heads_q, total_q)
 //   paged cache  (num_blocks, page_size, heads_k, head_dim) with block_table (batch, max_blocks)
 // The last dimension must be contiguous. Causal masks are aligned to the bottom-right corner of
@@ -140,13 +141,28 @@ struct DropoutArgs {
   uint64_t dropout_offset = 0;  // Philox counter offset; advance by >= batch*heads_q per call
 };
 
-struct FwdParams : AttnOptions, VarlenArgs, DropoutArgs {
+// FP8 (e4m3) inputs, as in FlashAttention-3: the factors that turn the stored values into the
+// real ones, so the attention computed is that of q * q_descale, k * k_descale, v * v_descale.
+// Each is optional (absent = 1), float32 (batch, heads_k), on the inputs' device, any strides
+// (a stride of 0 broadcasts one factor: a per-tensor scale). Sequence b's kv head hk uses
+// k_descale[b][hk] and v_descale[b][hk]; its query head h uses q_descale[b][h / (heads_q / heads_k)]
+// (the kv head of h's group). Values are not checked. Given with inputs that are not fp8:
+// InvalidArgument naming the descale.
+struct Fp8Descales {
+  TensorView q_descale, k_descale, v_descale;
+};
+
+// q, k, v: float16, bfloat16, float32 (CPU backend), or float8_e4m3fn (all three; forward only:
+// bwd refuses them as FlashAttention-3 does). fp8 inputs write out in bfloat16 or float16 and take
+// no dropout (fp8 attention is for inference). They run on the CPU backend today; the FA3 fp8
+// kernels are not built yet (CUDA fp8 tensors: Unsupported naming q).
+struct FwdParams : AttnOptions, VarlenArgs, DropoutArgs, Fp8Descales {
   TensorView q, k, v;
   TensorView block_table;  // optional int32 (batch, max_blocks_per_seq), varlen only: k and v are
                            //   paged caches (num_blocks, page_size, heads_k, d); sequence b's keys
                            //   are its first cu_seqlens_k[b + 1] - cu_seqlens_k[b] (or seqused_k[b])
                            //   positions, found through row b of the table (vLLM-style serving)
-  TensorView out;          // required; dtype of q
+  TensorView out;          // required; dtype of q (fp8 inputs: bfloat16 or float16)
   TensorView softmax_lse;  // optional float32 output
   int num_splits = 1;      // split-KV: 1 = off, > 1 = that many, 0 = the library chooses
 };
@@ -158,7 +174,10 @@ struct BwdParams : AttnOptions, VarlenArgs, DropoutArgs {
   bool deterministic = false;  // bitwise reproducible gradients (no float atomics)
 };
 
-struct KvCacheParams : AttnOptions {
+// fp8 e4m3 q and caches (all of q, caches, k_new, v_new) work as in fwd: out bfloat16 or float16,
+// descales (batch, heads_k) indexed by q's batch entry b; rotary is refused with them (the tables
+// would be fp8, and rotating fp8 keys rounds them twice: rotate before quantising).
+struct KvCacheParams : AttnOptions, Fp8Descales {
   TensorView q;                  // (batch, seqlen_q, heads_q, head_dim), or with cu_seqlens_q
                                  //   (total_q, heads_q, head_dim)
   TensorView cu_seqlens_q;       // optional int32 (batch + 1): varlen queries (as FlashAttention-3)
@@ -183,7 +202,8 @@ struct KvCacheParams : AttnOptions {
   TensorView rotary_cos, rotary_sin;  // optional (seqlen_ro, rotary_dim / 2), dtype of q
   bool rotary_interleaved = false;    // true: GPT-J pairs (0,1),(2,3)...; false: NeoX halves
   TensorView out;                // required (batch, seqlen_q, heads_q, head_dim_v), varlen
-                                 //   (total_q, heads_q, head_dim_v)
+                                 //   (total_q, heads_q, head_dim_v); dtype of q (fp8 inputs:
+                                 //   bfloat16 or float16)
   TensorView softmax_lse;        // optional float32 (batch, heads_q, seqlen_q), varlen (heads_q, total_q)
   int num_splits = 0;            // 0 = the library chooses
 };

@@ -19,10 +19,16 @@ Layouts and masks as in flashattn.interface: dense ``(batch, seqlen, nheads, hea
 corner; ``window_size=(left, right)`` with -1 = unbounded; softmax_lse float32
 ``(batch, nheads, seqlen_q)`` (varlen ``(nheads, total_q)``).
 
+FP8: q, k, v of dtype ``torch.float8_e4m3fn`` with optional float32 ``(batch, nheads_k)``
+``q_descale``/``k_descale``/``v_descale`` (the attention of ``q * q_descale`` etc.; query head ``h``
+uses ``q_descale[:, h // (nheads // nheads_k)]``) give a bfloat16 ``out``, forward only (inputs that
+require grad raise ``UnsupportedError``). ``flashattn.quantize_fp8`` makes such inputs. They run on
+the CPU backend; the FA3 fp8 kernels are not built yet (CUDA fp8 tensors raise ``UnsupportedError``).
+
 Arguments whose feature this library has not built raise ``flashattn.UnsupportedError`` (a
 ``ValueError`` and ``NotImplementedError``, also a ``RuntimeError``) naming the argument: ``qv``,
-``q_descale``/``k_descale``/``v_descale`` (FP8), ``attention_chunk != 0``, ``seqused_q``,
-``rotary_seqlens``, and in flash_attn_with_kvcache ``cu_seqlens_k_new`` (varlen new keys).
+``attention_chunk != 0``, ``seqused_q``, ``rotary_seqlens``, and in flash_attn_with_kvcache
+``cu_seqlens_k_new`` (varlen new keys).
 Arguments that only tune speed are checked and
 accepted: ``pack_gqa``, ``sm_margin``, ``scheduler_metadata``, and ``max_seqlen_q`` in
 flash_attn_with_kvcache without ``cu_seqlens_q`` (FA3 ignores it there too).
@@ -43,10 +49,8 @@ def _unsupported(value: Any, name: str, what: str) -> None:
         raise UnsupportedError(f"argument '{name}': {what} is not supported by flashattn yet", name, "unsupported")
 
 
-def _no_fp8(qv: Any, q_descale: Any, k_descale: Any, v_descale: Any, attention_chunk: Any) -> None:
+def _no_qv_or_chunks(qv: Any, attention_chunk: Any) -> None:
     _unsupported(qv, "qv", "the extra query/value product qv (MLA-style attention)")
-    for name, value in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        _unsupported(value, name, "FP8 attention with descale factors")
     if _args.integer(attention_chunk, "attention_chunk", 0, rule="must be >= 0 (0 = off)") != 0:
         raise UnsupportedError("argument 'attention_chunk': chunked attention (attention_chunk > 0) is not "
                                "supported by flashattn yet", "attention_chunk", "unsupported")
@@ -67,7 +71,11 @@ _ARGS = """
         softmax_scale: float. Scaling of Q @ K^T before the softmax; default 1 / sqrt(headdim).
         causal: bool. Causal mask aligned to the bottom-right corner of the score matrix: query i
             sees key j iff j <= i + seqlen_k - seqlen_q (rows that see no key give output 0).
-        qv, q_descale, k_descale, v_descale: not supported yet (UnsupportedError when given).
+        qv: not supported yet (UnsupportedError when given).
+        q_descale, k_descale, v_descale: float32 (batch, nheads_k), optional, for float8_e4m3fn q, k,
+            v only: the attention is that of q * q_descale, k * k_descale, v * v_descale (query
+            head h takes q_descale[:, h // (nheads // nheads_k)]); absent = 1. fp8 gives a bfloat16
+            out and has no backward (see flashattn.quantize_fp8).
         window_size: (left, right). Query i sees keys j in [i + seqlen_k - seqlen_q - left,
             i + seqlen_k - seqlen_q + right]; -1 = unbounded on that side.
         attention_chunk: int; only 0 (off) is supported.
@@ -88,10 +96,11 @@ def flash_attn_func(q: Array, k: Array, v: Array, softmax_scale: Optional[float]
                     v_descale: Optional[Array] = None, window_size: Window = (-1, -1), attention_chunk: int = 0,
                     softcap: float = 0.0, num_splits: int = 1, pack_gqa: Optional[bool] = None,
                     deterministic: bool = False, sm_margin: int = 0, return_attn_probs: bool = False) -> Any:
-    _no_fp8(qv, q_descale, k_descale, v_descale, attention_chunk)
+    _no_qv_or_chunks(qv, attention_chunk)
     _hints(pack_gqa, sm_margin)
     call = _Call(q, k, v, varlen=False, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                 softcap=softcap, deterministic=deterministic, num_splits=num_splits)
+                 softcap=softcap, deterministic=deterministic, num_splits=num_splits, q_descale=q_descale,
+                 k_descale=k_descale, v_descale=v_descale)
     out, lse, _ = _run(call)
     return _result(out, lse, return_attn_probs)
 
@@ -99,7 +108,8 @@ def flash_attn_func(q: Array, k: Array, v: Array, softmax_scale: Optional[float]
 flash_attn_func.__doc__ = """FlashAttention-3's flash_attn_func: exact attention with GQA/MQA.
 
     Arguments:
-        q: (batch, seqlen_q, nheads, headdim), float16/bfloat16 (float32 on the CPU backend).
+        q: (batch, seqlen_q, nheads, headdim), float16/bfloat16 (float32 on the CPU backend), or
+            float8_e4m3fn with descales (CPU backend for now).
         k: (batch, seqlen_k, nheads_k, headdim), nheads % nheads_k == 0.
         v: (batch, seqlen_k, nheads_k, headdim_v).""" + _ARGS.format(lse="(batch, nheads, seqlen_q)")
 
@@ -114,12 +124,13 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, cu_seqlens_q: Array, cu
                            pack_gqa: Optional[bool] = None, deterministic: bool = False, sm_margin: int = 0,
                            return_attn_probs: bool = False) -> Any:
     _unsupported(seqused_q, "seqused_q", "a per-sequence count of used queries")
-    _no_fp8(qv, q_descale, k_descale, v_descale, attention_chunk)
+    _no_qv_or_chunks(qv, attention_chunk)
     _hints(pack_gqa, sm_margin)
     call = _Call(q, k, v, varlen=True, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
                  softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                 deterministic=deterministic, num_splits=num_splits)
+                 deterministic=deterministic, num_splits=num_splits, q_descale=q_descale, k_descale=k_descale,
+                 v_descale=v_descale)
     out, lse, _ = _run(call)
     return _result(out, lse, return_attn_probs)
 
@@ -150,14 +161,14 @@ def flash_attn_qkvpacked_func(qkv: Array, softmax_scale: Optional[float] = None,
         qkv: (batch, seqlen, 3, nheads, headdim), or (batch, seqlen, num_heads_q + 2 * num_heads_k,
             headdim) with num_heads_q given (GQA/MQA).
         softmax_scale, causal, window_size, softcap, deterministic: as flash_attn_func.
-        q_descale, k_descale, v_descale: not supported yet (FP8); attention_chunk: only 0.
+        q_descale, k_descale, v_descale: as flash_attn_func (fp8 qkv); attention_chunk: only 0.
         num_heads_q: int, the query heads of a 4-dim qkv.
         sm_margin: a speed hint; accepted, ignored.
         return_attn_probs: bool, also return softmax_lse.
 
     Returns:
         out (batch, seqlen, nheads, headdim), or (out, softmax_lse) with return_attn_probs."""
-    _no_fp8(None, q_descale, k_descale, v_descale, attention_chunk)
+    _no_qv_or_chunks(None, attention_chunk)
     _hints(None, sm_margin)
     _args.tensor(qkv, "qkv")
     if qkv.ndim == 5:
@@ -175,7 +186,8 @@ def flash_attn_qkvpacked_func(qkv: Array, softmax_scale: Optional[float] = None,
                                     "heads for k and v", str(heads_q))
         q, k, v = qkv[:, :, :heads_q], qkv[:, :, heads_q:heads_q + heads_k], qkv[:, :, heads_q + heads_k:]
     call = _Call(q, k, v, varlen=False, names=("qkv", "qkv", "qkv"), softmax_scale=softmax_scale, causal=causal,
-                 window_size=window_size, softcap=softcap, deterministic=deterministic)
+                 window_size=window_size, softcap=softcap, deterministic=deterministic, q_descale=q_descale,
+                 k_descale=k_descale, v_descale=v_descale)
     out, lse, _ = _run(call)
     return _result(out, lse, return_attn_probs)
 
@@ -228,7 +240,9 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         max_seqlen_q: int, the longest query sequence with cu_seqlens_q (None: derived from a host
             cu_seqlens_q); accepted and ignored without it (as FA3).
         cu_seqlens_k_new: not supported yet (varlen new keys).
-        rotary_seqlens: not supported yet. q_descale, k_descale, v_descale: not supported yet (FP8).
+        rotary_seqlens: not supported yet.
+        q_descale, k_descale, v_descale: as flash_attn_func, for float8_e4m3fn q, caches and k/v
+            (float32 (batch, nheads_k), batch = q's); no rotary with fp8.
         softmax_scale, causal, window_size, softcap: as flash_attn_func; attention_chunk: only 0.
         rotary_interleaved: bool. True: pairs (0, 1), (2, 3), ... (GPT-J); False: GPT-NeoX halves.
         scheduler_metadata: FA3's precomputed schedule (get_scheduler_metadata); accepted, ignored.
@@ -243,7 +257,7 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
     """
     _unsupported(cu_seqlens_k_new, "cu_seqlens_k_new", "varlen new keys in flash_attn_with_kvcache")
     _unsupported(rotary_seqlens, "rotary_seqlens", "rotary positions other than cache_seqlens")
-    _no_fp8(qv, q_descale, k_descale, v_descale, attention_chunk)
+    _no_qv_or_chunks(qv, attention_chunk)
     _hints(pack_gqa, sm_margin)
     _args.optional_integer(max_seqlen_q, "max_seqlen_q", 0)  # a hint without cu_seqlens_q
     kind = _args.first_tensor(q, "q")
@@ -254,7 +268,8 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
                         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
                         rotary_interleaved=rotary_interleaved, alibi_slopes=None, num_splits=num_splits,
                         block_table_name="page_table", cu_seqlens_q=cu_seqlens_q,
-                        max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None)
+                        max_seqlen_q=max_seqlen_q if cu_seqlens_q is not None else None, q_descale=q_descale,
+                        k_descale=k_descale, v_descale=v_descale)
     if _args.flag(return_softmax_lse, "return_softmax_lse"):
         return out, lse, _empty(q), _empty(q)
     return out
@@ -299,7 +314,7 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     _args.tensor(cache_leftpad, "cache_leftpad", kind, optional=True)
     _args.tensor(cu_seqlens_q, "cu_seqlens_q", kind, optional=True)
     _unsupported(cu_seqlens_k_new, "cu_seqlens_k_new", "varlen new keys in flash_attn_with_kvcache")
-    _no_fp8(None, None, None, None, attention_chunk)
+    _no_qv_or_chunks(None, attention_chunk)
     _hints(pack_gqa, sm_margin)
     _args.flag(causal, "causal")
     _args.flag(has_softcap, "has_softcap")

@@ -50,20 +50,26 @@ def _is_torch(x: Any) -> bool:
     return _args.array_kind(x) == "torch"
 
 
+def _is_fp8(x: Any) -> bool:
+    """A float8_e4m3fn torch tensor (numpy has no fp8 dtype)."""
+    return _is_torch(x) and str(x.dtype) == "torch.float8_e4m3fn"
+
+
 def _padded_size(head_dim: int) -> int:
     return (head_dim + 7) // 8 * 8
 
 
 def _pad_head_dim(x: Optional[Array], name: str) -> Optional[Array]:
-    """Zero-pads the last dim to a multiple of 8 (the kernels' granule). Zeros change neither q.k
-    nor the output columns that are kept, so the caller's result is exact after slicing back."""
+    """Zero-pads the last dim to a multiple of 8 (the kernels' granule; 16 for fp8, whose rows the
+    kernels load in 16-byte vectors too). Zeros change neither q.k nor the output columns that are
+    kept, so the caller's result is exact after slicing back."""
     if x is None:
         return None
     head_dim = x.shape[-1]
     if head_dim > _MAX_HEAD_DIM:
         raise ArgumentError(f"argument '{name}': head_dim must be <= {_MAX_HEAD_DIM}, got {head_dim}", name,
                             "invalid_argument")
-    pad = _padded_size(head_dim) - head_dim
+    pad = (_round_up(head_dim, 16) if _is_fp8(x) else _padded_size(head_dim)) - head_dim
     if pad == 0:
         return x
     if _is_torch(x):
@@ -95,10 +101,13 @@ class _Call:
                  cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: Any = None,
                  max_seqlen_k: Any = None, seqused_k: Any = None, dropout_p: Any = 0.0, softmax_scale: Any = None,
                  causal: Any = False, window_size: Any = (-1, -1), softcap: Any = 0.0, alibi_slopes: Any = None,
-                 deterministic: Any = False, num_splits: Any = 1, block_table: Any = None) -> None:
+                 deterministic: Any = False, num_splits: Any = 1, block_table: Any = None, q_descale: Any = None,
+                 k_descale: Any = None, v_descale: Any = None) -> None:
         self.kind = _args.first_tensor(q, names[0])
         _args.tensor(k, names[1], self.kind)
         _args.tensor(v, names[2], self.kind)
+        self.fp8 = _is_fp8(q)
+        self.descales = _descales(self.kind, q_descale, k_descale, v_descale)
         self.block_table = _args.last_dim_contiguous(
             _args.tensor(block_table, "block_table", self.kind, optional=True))
         layout = _VARLEN if varlen else _DENSE
@@ -141,7 +150,33 @@ class _Call:
                        alibi_slopes=self.alibi_slopes, dropout_p=self.dropout_p, num_splits=self.num_splits)
         if self.block_table is not None:
             options["block_table"] = self.block_table
+        for name, descale in zip(("q_descale", "k_descale", "v_descale"), self.descales):
+            if descale is not None:
+                options[name] = descale
         return options
+
+
+def _descales(kind: str, q_descale: Any, k_descale: Any, v_descale: Any) -> Tuple[Any, Any, Any]:
+    """The fp8 descales: torch tensors (float32 (batch, nheads_k); the library checks the rest), or
+    None. numpy has no fp8 dtype, so a descale with numpy arrays is refused here, by name."""
+    descales = (q_descale, k_descale, v_descale)
+    for name, descale in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if descale is not None and kind == "numpy":
+            raise _args.type_error(name, "is for float8_e4m3fn torch tensors (numpy has no fp8 dtype, so fp8 "
+                                   "attention takes torch tensors)", descale)
+        _args.tensor(descale, name, kind, optional=True)
+    return descales
+
+
+def _check_fp8_no_grad(q: Array, k: Array, v: Array) -> None:
+    """fp8 attention is forward-only, as FlashAttention-3's: a call that would need gradients fails
+    by name instead of returning an output autograd cannot differentiate."""
+    import torch
+
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise UnsupportedError("argument 'q': float8_e4m3fn attention has no backward (as in FlashAttention-3); "
+                               "call under torch.no_grad() / torch.inference_mode(), or detach q, k and v", "q",
+                               "unsupported")
 
 
 def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any]:
@@ -151,6 +186,10 @@ def _run(call: _Call, *, differentiable: bool = True) -> Tuple[Array, Array, Any
     if call.kind == "torch":
         from . import torch_ops
 
+        if call.fp8:
+            _check_fp8_no_grad(call.q, call.k, call.v)
+        if call.fp8 or any(d is not None for d in call.descales):
+            differentiable = False  # (descales without fp8 inputs: the library names the descale)
         if call.block_table is not None:
             import torch
 
@@ -456,9 +495,11 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
              block_table: Any,
              softmax_scale: Any, causal: Any, window_size: Any, softcap: Any, rotary_interleaved: Any,
              alibi_slopes: Any, num_splits: Any, block_table_name: str = "block_table", cu_seqlens_q: Any = None,
-             max_seqlen_q: Any = None) -> Tuple[Array, Array]:
+             max_seqlen_q: Any = None, q_descale: Any = None, k_descale: Any = None,
+             v_descale: Any = None) -> Tuple[Array, Array]:
     """(out, softmax_lse) of a checked KV-cache call; appends k/v into the caches in place."""
     kind = _args.first_tensor(q, "q")
+    descales = _descales(kind, q_descale, k_descale, v_descale)
     varlen = _args.tensor(cu_seqlens_q, "cu_seqlens_q", kind, optional=True) is not None
     _args.ndim(q, "q", 3 if varlen else 4, _VARLEN if varlen else _DENSE)
     batch = int(cu_seqlens_q.shape[0]) - 1 if varlen else int(q.shape[0])
@@ -508,6 +549,9 @@ def _kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array], v: Op
                    cu_seqlens_q=cu_seqlens_q,
                    max_seqlen_q=_args.optional_integer(max_seqlen_q, "max_seqlen_q", 0,
                                                        rule="must be >= 0 (0 derives it from cu_seqlens_q)") or 0)
+    for name, descale in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if descale is not None:
+            options[name] = descale
     if kind == "numpy" and k is not None:
         for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             if not cache.flags.writeable:

@@ -16,6 +16,9 @@ call with a torch tensor).
   ``torch.manual_seed`` makes it reproducible and torch.compile does not bake it into the graph)
   and returns it as a CPU int64 tensor ``rng_state = [seed, offset]`` for the backward. A CUDA
   graph that captured a dropout call replays the same mask (the seed is a host value).
+* float8_e4m3fn q, k, v (forward only, with optional float32 (batch, heads_k) descales) reach the
+  library as uint8 views of their memory (``float8_views``): torch's DLPack export refuses float8.
+  Their output is bfloat16.
 * float64 tensors (CPU or CUDA) are computed in float32 (the C++ API has no float64) and the
   results cast back; this exists for torch.autograd.gradcheck on tiny inputs, whose tolerances must
   then be those of float32 arithmetic (see tests/python/test_torch.py).
@@ -68,6 +71,30 @@ def _last_dim_contiguous(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
+def _is_fp8(t: Tensor) -> bool:
+    return t.dtype == torch.float8_e4m3fn
+
+
+def _float8_views(**tensors: Optional[Tensor]) -> Tuple[List[Optional[Tensor]], List[str]]:
+    """The tensors with every float8 one as the uint8 view DLPack can carry (same memory), and the
+    names of those: the extension reads their bytes as e4m3 (float8_views)."""
+    views, names = [], []
+    for name, t in tensors.items():
+        if t is not None and _is_fp8(t):
+            views.append(t.detach().view(torch.uint8))
+            names.append(name)
+        else:
+            views.append(t)
+    return views, names
+
+
+def _out_dtype(q: Tensor) -> torch.dtype:
+    """fp8 inputs write bfloat16 (as FlashAttention-3); float64 is computed (and written) in float32."""
+    if _is_fp8(q):
+        return torch.bfloat16
+    return torch.float32 if q.dtype == torch.float64 else q.dtype
+
+
 def _out_shape(q: Tensor, v: Tensor) -> List[int]:
     return list(q.shape[:-1]) + [v.shape[-1]]
 
@@ -91,20 +118,25 @@ def _draw_rng_state(dropout_p: float) -> Tensor:
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
         seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
         window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-        num_splits: int, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+        num_splits: int, block_table: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
+        k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Forward attention: (out, softmax_lse, rng_state). Dense (batch, seqlen, heads, d) or varlen
     (total, heads, d) with int32 cu_seqlens; with block_table (varlen only) k and v are paged
-    (num_blocks, page_size, heads_k, d)."""
+    (num_blocks, page_size, heads_k, d). float8_e4m3fn q, k, v take float32 (batch, heads_k)
+    descales and give a bfloat16 out."""
     varlen = cu_seqlens_q is not None
+    fp8 = _is_fp8(q)
     qc, kc, vc = (_last_dim_contiguous(_compute(x)) for x in (q, k, v))
+    out_dtype = _out_dtype(q)
     if varlen:
         # Rows past cu_seqlens_q[-1] belong to no sequence and are not written by the library: they
         # come back as a row that sees no key (output 0, LSE -inf), not as uninitialised memory.
-        out = torch.zeros(_out_shape(qc, vc), dtype=qc.dtype, device=q.device)
+        out = torch.zeros(_out_shape(qc, vc), dtype=out_dtype, device=q.device)
         lse = torch.full(_lse_shape(qc, varlen), float("-inf"), dtype=torch.float32, device=q.device)
     else:
-        out = torch.empty(_out_shape(qc, vc), dtype=qc.dtype, device=q.device)
+        out = torch.empty(_out_shape(qc, vc), dtype=out_dtype, device=q.device)
         lse = torch.empty(_lse_shape(qc, varlen), dtype=torch.float32, device=q.device)
+    (qc, kc, vc), float8_views = _float8_views(q=qc, k=kc, v=vc)
     rng_state = _draw_rng_state(dropout_p)
     seed, offset = (int(x) for x in rng_state.tolist())  # a CPU tensor: no device sync
     with _on_device(q):
@@ -113,15 +145,17 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
             seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
             softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
             softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
-            dropout_offset=offset, num_splits=num_splits, block_table=_dl(block_table), stream=_stream(q)))
-    return out.to(q.dtype), lse, rng_state
+            dropout_offset=offset, num_splits=num_splits, block_table=_dl(block_table), q_descale=_dl(q_descale),
+            k_descale=_dl(k_descale), v_descale=_dl(v_descale), float8_views=float8_views, stream=_stream(q)))
+    return (out if fp8 else out.to(q.dtype)), lse, rng_state
 
 
 @fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits, block_table=None):
+      window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits, block_table=None, q_descale=None,
+      k_descale=None, v_descale=None):
     varlen = cu_seqlens_q is not None
-    out = q.new_empty(_out_shape(q, v))
+    out = q.new_empty(_out_shape(q, v), dtype=torch.bfloat16 if _is_fp8(q) else q.dtype)
     lse = q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
     return out, lse, torch.empty(2, dtype=torch.int64, device="cpu")
 
@@ -197,33 +231,41 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Ten
                 block_table: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
                 alibi_slopes: Optional[Tensor], num_splits: int, cu_seqlens_q: Optional[Tensor] = None,
-                max_seqlen_q: int = 0) -> Tuple[Tensor, Tensor]:
+                max_seqlen_q: int = 0, q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
+                v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Attention over a KV cache; k_new/v_new are appended into the caches in place. With
-    cu_seqlens_q, q is (total_q, heads, d) and softmax_lse (heads, total_q)."""
+    cu_seqlens_q, q is (total_q, heads, d) and softmax_lse (heads, total_q). float8_e4m3fn q and
+    caches take float32 (batch, heads_k) descales and give a bfloat16 out."""
     q, k_new, v_new = (None if t is None else _last_dim_contiguous(t.detach()) for t in (q, k_new, v_new))
     varlen = cu_seqlens_q is not None
     alloc = torch.zeros if varlen else torch.empty  # varlen rows past the last sequence: 0 / -inf
-    out = alloc(_out_shape(q, v_cache), dtype=q.dtype, device=q.device)
+    out = alloc(_out_shape(q, v_cache), dtype=_out_dtype(q), device=q.device)
     lse = (torch.full(_lse_shape(q, True), float("-inf"), dtype=torch.float32, device=q.device) if varlen
            else torch.empty(_lse_shape(q, False), dtype=torch.float32, device=q.device))
+    # fp8 caches go as uint8 views of their memory: appends still land in the caller's caches.
+    (q, kc, vc, k_new, v_new, rotary_cos, rotary_sin), float8_views = _float8_views(
+        q=q, k_cache=k_cache.detach(), v_cache=v_cache.detach(), k_new=k_new, v_new=v_new, rotary_cos=rotary_cos,
+        rotary_sin=rotary_sin)
     with _on_device(q):
         raise_for_status(_ext.fwd_kvcache(
-            q, k_cache.detach(), v_cache.detach(), out, k_new=k_new, v_new=v_new,
+            q, kc, vc, out, k_new=k_new, v_new=v_new,
             cache_seqlens=_dl(cache_seqlens), cache_batch_idx=_dl(cache_batch_idx),
             cache_leftpad=_dl(cache_leftpad), block_table=_dl(block_table),
             rotary_cos=_dl(rotary_cos), rotary_sin=_dl(rotary_sin), rotary_interleaved=rotary_interleaved,
             softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
             window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
-            cu_seqlens_q=_dl(cu_seqlens_q), max_seqlen_q=max_seqlen_q, stream=_stream(q)))
+            cu_seqlens_q=_dl(cu_seqlens_q), max_seqlen_q=max_seqlen_q, q_descale=_dl(q_descale),
+            k_descale=_dl(k_descale), v_descale=_dl(v_descale), float8_views=float8_views, stream=_stream(q)))
     return out, lse
 
 
 @fwd_kvcache.register_fake
 def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos,
       rotary_sin, rotary_interleaved, softmax_scale, causal, window_left, window_right, softcap, alibi_slopes,
-      num_splits, cu_seqlens_q=None, max_seqlen_q=0):
+      num_splits, cu_seqlens_q=None, max_seqlen_q=0, q_descale=None, k_descale=None, v_descale=None):
     varlen = cu_seqlens_q is not None
-    return q.new_empty(_out_shape(q, v_cache)), q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
+    out = q.new_empty(_out_shape(q, v_cache), dtype=torch.bfloat16 if _is_fp8(q) else q.dtype)
+    return out, q.new_empty(_lse_shape(q, varlen), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,14 +307,18 @@ def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional
                       cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
                       max_seqlen_k: int, softmax_scale: float, causal: bool, window_size: Tuple[int, int],
                       softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-                      num_splits: int, block_table: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                      num_splits: int, block_table: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
+                      k_descale: Optional[Tensor] = None,
+                      v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call,
-    and varlen queries over a paged k/v (block_table), which has no backward."""
+    varlen queries over a paged k/v (block_table), and fp8 inputs (with their descales): neither has
+    a backward."""
     with torch.no_grad():
         return torch.ops.flashattn.fwd(
             q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
             int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
-            float(softcap), alibi_slopes, float(dropout_p), int(num_splits), block_table)
+            float(softcap), alibi_slopes, float(dropout_p), int(num_splits), block_table, q_descale, k_descale,
+            v_descale)
 
 
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) -> Tuple[Tensor, Tensor]:
@@ -281,7 +327,8 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) ->
         q, k_cache, v_cache, kw["k_new"], kw["v_new"], kw["cache_seqlens"], kw["cache_batch_idx"],
         kw["cache_leftpad"], kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
         float(kw["softmax_scale"]), bool(kw["causal"]), int(window_left), int(window_right), float(kw["softcap"]),
-        kw["alibi_slopes"], int(kw["num_splits"]), kw["cu_seqlens_q"], int(kw["max_seqlen_q"]))
+        kw["alibi_slopes"], int(kw["num_splits"]), kw["cu_seqlens_q"], int(kw["max_seqlen_q"]),
+        kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"))
 
 
 def combine_partials(out_partial: Tensor, lse_partial: Tensor, out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:

@@ -14,11 +14,13 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "flashattn/flashattn.h"
 
@@ -128,6 +130,31 @@ TensorView to_view(const Array& a, const char* name) {
   return view;
 }
 
+// DLPack producers that cannot export float8 (torch before DLPack 1.x) pass fp8 arrays as uint8
+// views of the same memory and name them in float8_views: their bytes are e4m3 values.
+using Float8Views = std::vector<std::string>;
+
+TensorView input_view(const InArray& a, const char* name, const Float8Views& float8_views) {
+  TensorView view = to_view(a, name);
+  bool listed = false;
+  for (const std::string& listed_name : float8_views) listed = listed || listed_name == name;
+  if (!listed || !view.defined()) return view;
+  if (view.dtype != DType::U8)
+    conversion_error("invalid_argument", name,
+                     "dtype must be uint8 (the bytes of float8_e4m3fn data) when named in float8_views",
+                     flashattn::dtype_name(view.dtype));
+  view.dtype = DType::F8E4M3;
+  return view;
+}
+
+// q_descale, k_descale, v_descale (fp8 inputs).
+void fill_descales(const InArray& q_descale, const InArray& k_descale, const InArray& v_descale,
+                   flashattn::Fp8Descales* p) {
+  p->q_descale = to_view(q_descale, "q_descale");
+  p->k_descale = to_view(k_descale, "k_descale");
+  p->v_descale = to_view(v_descale, "v_descale");
+}
+
 Backend to_backend(const std::string& name) {
   if (name == "auto") return Backend::Auto;
   if (name == "cpu") return Backend::Cpu;
@@ -201,12 +228,15 @@ StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const Out
                  const InArray& seqused_k, int max_seqlen_q, int max_seqlen_k, std::optional<float> softmax_scale,
                  bool causal, int window_left, int window_right, float softcap, const InArray& alibi_slopes,
                  float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, int num_splits,
-                 const InArray& block_table, uintptr_t stream, const std::string& backend) {
+                 const InArray& block_table, const InArray& q_descale, const InArray& k_descale,
+                 const InArray& v_descale, const Float8Views& float8_views, uintptr_t stream,
+                 const std::string& backend) {
   return run_entry([&]() -> StatusResult {
     flashattn::FwdParams p;
-    p.q = to_view(q, "q");
-    p.k = to_view(k, "k");
-    p.v = to_view(v, "v");
+    p.q = input_view(q, "q", float8_views);
+    p.k = input_view(k, "k", float8_views);
+    p.v = input_view(v, "v", float8_views);
+    fill_descales(q_descale, k_descale, v_descale, &p);
     p.block_table = to_view(block_table, "block_table");
     p.out = to_view(out, "out");
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
@@ -252,23 +282,26 @@ StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray
                          const InArray& rotary_sin, bool rotary_interleaved, const OutArray& softmax_lse,
                          std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
                          float softcap, const InArray& alibi_slopes, int num_splits, const InArray& cu_seqlens_q,
-                         int max_seqlen_q, uintptr_t stream, const std::string& backend) {
+                         int max_seqlen_q, const InArray& q_descale, const InArray& k_descale,
+                         const InArray& v_descale, const Float8Views& float8_views, uintptr_t stream,
+                         const std::string& backend) {
   return run_entry([&]() -> StatusResult {
     flashattn::KvCacheParams p;
-    p.q = to_view(q, "q");
+    p.q = input_view(q, "q", float8_views);
     p.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
     p.max_seqlen_q = max_seqlen_q;
-    p.k_cache = to_view(k_cache, "k_cache");
-    p.v_cache = to_view(v_cache, "v_cache");
+    p.k_cache = input_view(k_cache, "k_cache", float8_views);
+    p.v_cache = input_view(v_cache, "v_cache", float8_views);
     p.out = to_view(out, "out");
-    p.k_new = to_view(k_new, "k_new");
-    p.v_new = to_view(v_new, "v_new");
+    p.k_new = input_view(k_new, "k_new", float8_views);
+    p.v_new = input_view(v_new, "v_new", float8_views);
+    fill_descales(q_descale, k_descale, v_descale, &p);
     p.cache_seqlens = to_view(cache_seqlens, "cache_seqlens");
     p.cache_batch_idx = to_view(cache_batch_idx, "cache_batch_idx");
     p.cache_leftpad = to_view(cache_leftpad, "cache_leftpad");
     p.block_table = to_view(block_table, "block_table");
-    p.rotary_cos = to_view(rotary_cos, "rotary_cos");
-    p.rotary_sin = to_view(rotary_sin, "rotary_sin");
+    p.rotary_cos = input_view(rotary_cos, "rotary_cos", float8_views);
+    p.rotary_sin = input_view(rotary_sin, "rotary_sin", float8_views);
     p.rotary_interleaved = rotary_interleaved;
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
     fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend}, &p);
@@ -336,7 +369,8 @@ NB_MODULE(_ext, m) {
         "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "softmax_scale"_a.none() = none, "causal"_a = false,
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "alibi_slopes"_a.none() = none,
         "dropout_p"_a = 0.f, "dropout_seed"_a = 0, "dropout_offset"_a = 0, "num_splits"_a = 1,
-        "block_table"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
+        "block_table"_a.none() = none, "q_descale"_a.none() = none, "k_descale"_a.none() = none,
+        "v_descale"_a.none() = none, "float8_views"_a = Float8Views{}, "stream"_a = 0, "backend"_a = "auto");
   m.def("bwd", &bwd, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "softmax_lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "cu_seqlens_q"_a.none() = none, "cu_seqlens_k"_a.none() = none,
         "seqused_k"_a.none() = none, "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
@@ -350,7 +384,8 @@ NB_MODULE(_ext, m) {
         "rotary_sin"_a.none() = none, "rotary_interleaved"_a = false, "softmax_lse"_a.none() = none,
         "softmax_scale"_a.none() = none, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "cu_seqlens_q"_a.none() = none,
-        "max_seqlen_q"_a = 0, "stream"_a = 0, "backend"_a = "auto");
+        "max_seqlen_q"_a = 0, "q_descale"_a.none() = none, "k_descale"_a.none() = none,
+        "v_descale"_a.none() = none, "float8_views"_a = Float8Views{}, "stream"_a = 0, "backend"_a = "auto");
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, nb::kw_only(),
         "softmax_lse"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
   m.def("dropout_mask", &dropout_mask, "mask"_a, "dropout_p"_a, "dropout_seed"_a, "dropout_offset"_a);

@@ -269,10 +269,8 @@ Status check_dtype(const TensorView& t, std::string_view name, DType expected) {
 }
 
 Status check_attention_dtype(const TensorView& t, std::string_view name) {
-  if (t.dtype == DType::F8E4M3)
-    return unsupported(name, "fp8 e4m3 inputs need the Fa3 backend, which is not in this build yet");
-  if (t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F32)
-    return invalid_argument(name, "dtype must be float16, bfloat16 or float32", dtype_name(t.dtype));
+  if (t.dtype != DType::F16 && t.dtype != DType::BF16 && t.dtype != DType::F32 && t.dtype != DType::F8E4M3)
+    return invalid_argument(name, "dtype must be float16, bfloat16, float32 or float8_e4m3fn", dtype_name(t.dtype));
   return {};
 }
 
@@ -287,9 +285,51 @@ Status check_dtype_matches(const TensorView& t, std::string_view name, DType ref
 }
 
 Status check_output_dtype(const TensorView& t, std::string_view name, DType input_dtype, bool allow_f32) {
-  if (t.dtype == input_dtype || (allow_f32 && t.dtype == DType::F32)) return {};
+  if (allow_f32 && t.dtype == DType::F32) return {};
+  if (input_dtype == DType::F8E4M3) {
+    if (t.dtype == DType::BF16 || t.dtype == DType::F16) return {};
+    return invalid_argument(name,
+                            "dtype must be bfloat16 or float16 for float8_e4m3fn inputs (FlashAttention-3 writes "
+                            "bfloat16)",
+                            dtype_name(t.dtype));
+  }
+  if (t.dtype == input_dtype) return {};
   return invalid_argument(name, std::string("dtype must equal the inputs' dtype (") + dtype_name(input_dtype) + ")",
                           dtype_name(t.dtype));
+}
+
+Status check_descale_needs_fp8(const TensorView& descale, std::string_view name, DType input_dtype) {
+  if (descale.defined() && input_dtype != DType::F8E4M3)
+    return invalid_argument(name,
+                            std::string("is only for float8_e4m3fn inputs (q is ") + dtype_name(input_dtype) +
+                                "; leave it unset)",
+                            "a tensor of shape " + shape_string(descale));
+  return {};
+}
+
+Status check_fp8_no_dropout(float dropout_p) {
+  if (dropout_p != 0.f)
+    return invalid_argument("dropout_p",
+                            "must be 0 with float8_e4m3fn inputs (fp8 attention is forward-only, for inference, "
+                            "as in FlashAttention-3)",
+                            float_string(dropout_p));
+  return {};
+}
+
+Status check_fp8_no_rotary(const TensorView& rotary_cos) {
+  if (rotary_cos.defined())
+    return invalid_argument("rotary_cos",
+                            "must not be given with float8_e4m3fn inputs (the tables would be fp8, and rotated fp8 "
+                            "keys would be rounded twice: apply rotary before quantising)",
+                            "a tensor of shape " + shape_string(rotary_cos));
+  return {};
+}
+
+Status check_fp8_has_no_backward(const TensorView& q) {
+  if (q.dtype == DType::F8E4M3)
+    return unsupported("q", "float8_e4m3fn inputs have no backward, as in FlashAttention-3 (the fp8 forward is for "
+                            "inference)");
+  return {};
 }
 
 Status check_float_output_dtype(const TensorView& t, std::string_view name) {

@@ -67,15 +67,28 @@ Status check_data(const TensorView& t, std::string_view name);  // non-null when
 // Dtypes
 // ---------------------------------------------------------------------------------------------
 Status check_dtype(const TensorView& t, std::string_view name, DType expected);
-// q, k, v: float16, bfloat16 or float32 (fp8 e4m3 is valid API-wise but needs the Fa3 backend).
+// q, k, v: float16, bfloat16, float32 or float8_e4m3fn (backends say which they run).
 Status check_attention_dtype(const TensorView& t, std::string_view name);
 Status check_dtype_matches(const TensorView& t, std::string_view name, DType reference,
                            std::string_view reference_name);
-// Outputs: the inputs' dtype, or float32 where the caller allows it (the reference in tests).
+// Outputs: the inputs' dtype (bfloat16 or float16 for fp8 inputs), or float32 where the caller
+// allows it (the reference in tests).
 Status check_output_dtype(const TensorView& t, std::string_view name, DType input_dtype,
                           bool allow_f32);
 // combine's out: float32, float16 or bfloat16.
 Status check_float_output_dtype(const TensorView& t, std::string_view name);
+
+// ---------------------------------------------------------------------------------------------
+// FP8 (float8_e4m3fn inputs)
+// ---------------------------------------------------------------------------------------------
+// A descale (q_descale, k_descale, v_descale) only with fp8 inputs: with others it would be
+// silently ignored (as FlashAttention-3 does), which hides a caller's mistake.
+Status check_descale_needs_fp8(const TensorView& descale, std::string_view name, DType input_dtype);
+// fp8 attention is forward-only (for inference): no dropout, no backward (Unsupported naming q).
+Status check_fp8_no_dropout(float dropout_p);
+Status check_fp8_has_no_backward(const TensorView& q);
+// fwd_kvcache: no rotary with fp8 inputs.
+Status check_fp8_no_rotary(const TensorView& rotary_cos);
 
 // ---------------------------------------------------------------------------------------------
 // Shapes

@@ -125,6 +125,39 @@ LseView lse_view(const TensorView& t, const TensorView& cu_seqlens_q) {
   return lse;
 }
 
+// fp8 descales: float32 (batch, heads_k) on q's device, any strides, only with fp8 inputs.
+// `heads_from` names the tensor heads_k comes from (k, or k_cache).
+Status check_descales(const Fp8Descales& d, const TensorView& q, int64_t batch, int64_t heads_k,
+                      std::string_view heads_from) {
+  const std::string heads_meaning = "heads_k of " + std::string(heads_from);
+  for (const Named& n : NamedList{{d.q_descale, "q_descale"}, {d.k_descale, "k_descale"}, {d.v_descale, "v_descale"}}) {
+    if (!n.view.defined()) continue;
+    FA_CHECK(check_descale_needs_fp8(n.view, n.name, q.dtype));
+    FA_CHECK(check_same_device(n.view, n.name, q, "q"));
+    FA_CHECK(check_dtype(n.view, n.name, DType::F32));
+    FA_CHECK(check_ndim(n.view, n.name, 2, "(batch, heads_k)"));
+    FA_CHECK(check_shape(n.view, n.name, {{batch, "the batch"}, {heads_k, heads_meaning}}));
+    FA_CHECK(check_alignment(n.view, n.name, Alignment::Element));
+    FA_CHECK(check_data(n.view, n.name));
+  }
+  return {};
+}
+
+DescaleView descale_view(const TensorView& t) {
+  DescaleView view;
+  if (!t.defined()) return view;
+  view.data = static_cast<const float*>(t.data);
+  view.batch_stride = t.stride[0];
+  view.head_stride = t.stride[1];
+  return view;
+}
+
+void fill_descales(const Fp8Descales& d, AttnProblem* p) {
+  p->q_descale = descale_view(d.q_descale);
+  p->k_descale = descale_view(d.k_descale);
+  p->v_descale = descale_view(d.v_descale);
+}
+
 Status check_options(const AttnOptions& options) {
   FA_CHECK(check_window(options.window_left, "window_left"));
   FA_CHECK(check_window(options.window_right, "window_right"));
@@ -371,7 +404,10 @@ Status make_fwd_problem(const FwdParams& params, AttnProblem* problem, ProblemOp
                             {params.cu_seqlens_q, "cu_seqlens_q"},
                             {params.cu_seqlens_k, "cu_seqlens_k"},
                             {params.seqused_k, "seqused_k"},
-                            {params.block_table, "block_table"}};
+                            {params.block_table, "block_table"},
+                            {params.q_descale, "q_descale"},
+                            {params.k_descale, "k_descale"},
+                            {params.v_descale, "v_descale"}};
   const NamedList outputs = {{params.out, "out"}, {params.softmax_lse, "softmax_lse"}};
   FA_CHECK(check_all_well_formed(inputs));
   FA_CHECK(check_all_well_formed(outputs));
@@ -380,8 +416,11 @@ Status make_fwd_problem(const FwdParams& params, AttnProblem* problem, ProblemOp
   FA_CHECK(build_attention({params, params, params, params.q, params.k, params.v, params.out, params.softmax_lse,
                             params.block_table, /*lse_required=*/false, options.allow_f32_outputs},
                            &built));
+  FA_CHECK(check_descales(params, params.q, built.batch, built.heads_k, "k"));
+  if (params.q.dtype == DType::F8E4M3) FA_CHECK(check_fp8_no_dropout(params.dropout_p));
   FA_CHECK(check_num_splits(params.num_splits));
   FA_CHECK(check_outputs_disjoint(outputs, inputs));
+  fill_descales(params, &built);
   built.num_splits = params.num_splits;
   *problem = built;
   return {};
@@ -404,6 +443,8 @@ Status make_bwd_problem(const BwdParams& params, BwdProblem* problem, ProblemOpt
   const NamedList outputs = {{dq, "dq"}, {dk, "dk"}, {dv, "dv"}};
   FA_CHECK(check_all_well_formed(inputs));
   FA_CHECK(check_all_well_formed(outputs));
+  // Before the shared rules: an fp8 call would otherwise fail on out's dtype first.
+  FA_CHECK(check_fp8_has_no_backward(q));
 
   BwdProblem built;
   const TensorView not_paged;  // the backward takes no paged k/v
@@ -466,6 +507,9 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                          {cos, "rotary_cos"},
                          {sin, "rotary_sin"},
                          {alibi, "alibi_slopes"},
+                         {params.q_descale, "q_descale"},
+                         {params.k_descale, "k_descale"},
+                         {params.v_descale, "v_descale"},
                          {out, "out"},
                          {lse, "softmax_lse"}};
   FA_CHECK(check_all_well_formed(all));
@@ -490,6 +534,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                                   {cu_q, "cu_seqlens_q"}},
                                  q, "q"));
   FA_CHECK(check_attention_dtype(q, "q"));
+  if (q.dtype == DType::F8E4M3) FA_CHECK(check_fp8_no_rotary(cos));
   for (const Named& n : NamedList{{k_cache, "k_cache"}, {v_cache, "v_cache"}, {k_new, "k_new"}, {v_new, "v_new"},
                                   {cos, "rotary_cos"}, {sin, "rotary_sin"}})
     if (n.view.defined()) FA_CHECK(check_dtype_matches(n.view, n.name, q.dtype, "q"));
@@ -643,6 +688,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   if (rotary && q.device == DeviceType::Cpu)
     FA_CHECK(check_rotary_length(cos.shape[0], batch, seqlens, seqlen_new, seqlen_q, int_pointer(cu_q), q_per_row));
 
+  FA_CHECK(check_descales(params, q, batch, heads_k, "k_cache"));
   FA_CHECK(check_options(params));
   FA_CHECK(check_num_splits(params.num_splits));
 
@@ -652,13 +698,16 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
                                     {{q, "q"}, {cu_q, "cu_seqlens_q"}, {k_new, "k_new"}, {v_new, "v_new"},
                                      {cache_seqlens, "cache_seqlens"},
                                      {batch_idx, "cache_batch_idx"}, {leftpad, "cache_leftpad"}, {block_table, "block_table"},
-                                     {cos, "rotary_cos"}, {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
+                                     {cos, "rotary_cos"}, {sin, "rotary_sin"}, {alibi, "alibi_slopes"},
+                                     {params.q_descale, "q_descale"}, {params.k_descale, "k_descale"},
+                                     {params.v_descale, "v_descale"}}));
   } else {
     FA_CHECK(check_outputs_disjoint({{out, "out"}, {lse, "softmax_lse"}},
                                     {{q, "q"}, {cu_q, "cu_seqlens_q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"},
                                      {cache_seqlens, "cache_seqlens"}, {batch_idx, "cache_batch_idx"},
                                      {leftpad, "cache_leftpad"}, {block_table, "block_table"}, {cos, "rotary_cos"},
-                                     {sin, "rotary_sin"}, {alibi, "alibi_slopes"}}));
+                                     {sin, "rotary_sin"}, {alibi, "alibi_slopes"}, {params.q_descale, "q_descale"},
+                                     {params.k_descale, "k_descale"}, {params.v_descale, "v_descale"}}));
   }
 
   KvCacheProblem built;
@@ -694,6 +743,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.lens.seqlen_k_added = cache_seqlens.defined() ? seqlen_new : 0;
   p.lens.k_leftpad = leftpads;
   fill_options(params, head_dim, &p);
+  fill_descales(params, &p);
   p.num_splits = params.num_splits;
   if (appends) {
     built.k_new = dense_rows(k_new);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/descale.h"
 #include "common/host_device.h"
 #include "common/mask.h"
 #include "common/rows.h"
@@ -53,8 +54,17 @@ struct AttnProblem {
   float dropout_p = 0.f;
   uint64_t dropout_seed = 0, dropout_offset = 0;
   int num_splits = 1;  // forward: 0 = choose, 1 = off, > 1 = split-KV then combine
+  // fp8 inputs (dtype F8E4M3): the real inputs are q * descale_q, k * descale_k, v * descale_v.
+  // All three are per (sequence, kv head); q's of a query head is that of its kv head.
+  DescaleView q_descale, k_descale, v_descale;
 
   FA_HD int64_t kv_head(int64_t head_q) const { return head_q / (heads_q / heads_k); }
+  // The descale factors of sequence b (1 where none was given): q's by query head, k's and v's by
+  // kv head, so a caller indexes each tensor with the head it reads.
+  FA_HD float descale_q(int64_t b, int64_t head_q) const { return q_descale.at(b, kv_head(head_q)); }
+  FA_HD float descale_k(int64_t b, int64_t head_k) const { return k_descale.at(b, head_k); }
+  FA_HD float descale_v(int64_t b, int64_t head_k) const { return v_descale.at(b, head_k); }
+  FA_HD bool has_descales() const { return q_descale.defined() || k_descale.defined() || v_descale.defined(); }
   FA_HD float alibi_slope(int64_t b, int64_t h) const {
     return alibi_slopes != nullptr ? alibi_slopes[b * alibi_batch_stride + h] : 0.f;
   }

@@ -55,6 +55,11 @@ inline void load_row(const void* base, int64_t offset, DType dtype, int64_t n, f
       for (int64_t i = 0; i < n; ++i) dst[i] = numeric::bf16_to_float(p[i]);
       break;
     }
+    case DType::F8E4M3: {
+      const uint8_t* p = static_cast<const uint8_t*>(base) + offset;
+      for (int64_t i = 0; i < n; ++i) dst[i] = numeric::e4m3_to_float(p[i]);
+      break;
+    }
     default:
       for (int64_t i = 0; i < n; ++i) dst[i] = load_element(base, offset + i, dtype);
   }

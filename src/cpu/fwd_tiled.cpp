@@ -38,14 +38,26 @@ void attend_row_block(const AttnProblem& p, int64_t b, int64_t h, int64_t row0, 
   std::fill(m, m + rows, -INFINITY);
   std::fill(l, l + rows, 0.f);
 
+  // fp8: tiles are dequantised as they load, so everything after sees the real inputs (this path
+  // is the oracle of the fp8 kernels: no rounding of P).
+  const bool dequantise = p.has_descales();
+  const float descale_q = p.descale_q(b, h), descale_k = p.descale_k(b, hk), descale_v = p.descale_v(b, hk);
+
   const KeyRange visible = visible_keys(p.mask, row0, row0 + rows, sq, sk);
   const int64_t begin = std::max(visible.begin, key_begin), end = std::min(visible.end, key_end);
-  if (begin < end) load_tile(p.q, p.dtype, b, h, row0, rows, d, ws.q.data(), d);
+  if (begin < end) {
+    load_tile(p.q, p.dtype, b, h, row0, rows, d, ws.q.data(), d);
+    if (dequantise) scale_tile(ws.q.data(), rows, d, d, descale_q);
+  }
 
   for (int64_t key0 = begin; key0 < end; key0 += kBlockN) {
     const int keys = int(std::min<int64_t>(kBlockN, end - key0));
     load_tile_transposed(p.k, p.dtype, b, hk, key0, keys, d, ws.kt.data(), kBlockN, ws.row_buffer.data());
     load_tile(p.v, p.dtype, b, hk, key0, keys, dv, ws.v.data(), dv);
+    if (dequantise) {
+      scale_tile(ws.kt.data(), d, keys, kBlockN, descale_k);  // transposed: head_dim rows of keys
+      scale_tile(ws.v.data(), keys, dv, dv, descale_v);
+    }
 
     float* s = ws.s.data();
     matmul_kmajor(ws.q.data(), d, rows, d, ws.kt.data(), kBlockN, keys, s, kBlockN);

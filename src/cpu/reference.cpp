@@ -20,7 +20,8 @@ HeadMath head_math(DType dtype, Precision precision) {
   math.input_precision = precision == Precision::InputPrecision;
   math.prob_dtype = dtype;
   // No framework produces fp8 matmul results, so with fp8 inputs the scores (and dP, dS) stay in
-  // bf16 and only P is quantised to fp8, as the fp8 kernels themselves do.
+  // bf16 and only P is quantised to fp8, as the fp8 kernels themselves do. (The inputs are the
+  // dequantised ones: fwd gathers them times their descales.)
   math.score_dtype = dtype == DType::F8E4M3 ? DType::BF16 : dtype;
   return math;
 }
@@ -32,11 +33,14 @@ void load_head_row(const RowsView& view, DType dtype, int64_t b, int64_t row, in
   for (int64_t c = 0; c < dim; ++c) dst[c] = load_element(view.data, base + c, dtype);
 }
 
-// Rows [0, rows) of head h of sequence b as a dense [rows][dim] double array.
+// Rows [0, rows) of head h of sequence b as a dense [rows][dim] double array, each element times
+// `descale` (fp8 inputs: the dequantised values, exact in double).
 std::vector<double> gather(const RowsView& view, DType dtype, int64_t b, int64_t h, int64_t rows,
-                           int64_t dim) {
+                           int64_t dim, double descale = 1.0) {
   std::vector<double> values(size_t(rows * dim));
   for (int64_t r = 0; r < rows; ++r) load_head_row(view, dtype, b, r, h, dim, values.data() + r * dim);
+  if (descale != 1.0)
+    for (double& x : values) x *= descale;
   return values;
 }
 
@@ -120,9 +124,9 @@ void fwd(const AttnProblem& problem, Precision precision) {
     const int64_t sq = p.lens.q(b), sk = p.lens.k(b);
     for (int64_t h = 0; h < p.heads_q; ++h) {
       const int64_t hk = p.kv_head(h);
-      const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim);
-      const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim);
-      const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v);
+      const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim, p.descale_q(b, h));
+      const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim, p.descale_k(b, hk));
+      const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v, p.descale_v(b, hk));
       const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
       HeadProblem head = head_problem(p, precision, b, h, sq, sk);
       head.q = q.data();

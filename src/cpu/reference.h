@@ -14,7 +14,8 @@ enum class Precision {
                    // dP and dS rounded), float accumulation inside each product
 };
 
-// Writes problem.out (any float dtype, F32 allowed) and problem.lse when given.
+// Writes problem.out (any float dtype, F32 allowed) and problem.lse when given. fp8 inputs are
+// dequantised by their descales first (the fp8 oracle: Float64 leaves P unrounded).
 void fwd(const AttnProblem& problem, Precision precision);
 // Writes dq, dk, dv (any float dtype). Uses problem.fwd.out and lse only through their math:
 // the reference recomputes P from scratch (it does not trust the given lse).

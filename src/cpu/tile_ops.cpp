@@ -37,6 +37,13 @@ void load_tile_transposed(const RowsView& view, DType dtype, int64_t b, int64_t 
     for (int64_t r = rows; r < ld; ++r) dst[c * ld + r] = 0.f;
 }
 
+void scale_tile(float* x, int64_t rows, int64_t cols, int64_t ld, float factor) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * ld;
+    for (int64_t c = 0; c < cols; ++c) xr[c] *= factor;
+  }
+}
+
 namespace {
 
 using simd::VecF;

@@ -77,6 +77,9 @@ inline constexpr int kTransposeRows = 16;
 void load_tile_transposed(const RowsView& view, DType dtype, int64_t b, int64_t head, int64_t row0,
                           int rows, int64_t dim, float* dst, int64_t ld, float* row_buffer);
 
+// x[r][c] *= factor for r < rows, c < cols: dequantises a loaded fp8 tile by its descale factor.
+void scale_tile(float* x, int64_t rows, int64_t cols, int64_t ld, float factor);
+
 // c[i][j] = sum_k a[i][k] * bt[k][j]      (a: rows x kdim, bt: kdim x cols, k-major)
 void matmul_kmajor(const float* a, int64_t lda, int rows, int64_t kdim, const float* bt, int64_t ldb,
                    int cols, float* c, int64_t ldc);

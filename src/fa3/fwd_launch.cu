@@ -65,6 +65,7 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* ma
 }
 
 Status check(const AttnProblem& p) {
+  if (p.dtype == DType::F8E4M3) return unsupported("has no float8_e4m3fn kernels yet (the CPU backend runs fp8)");
   if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("takes float16 or bfloat16");
   if (p.out_dtype != p.dtype) return unsupported("writes out in the dtype of q");
   const int d = kernel_head_dim(p.head_dim), dv = kernel_head_dim(p.head_dim_v);

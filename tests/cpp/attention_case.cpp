@@ -80,6 +80,13 @@ AttentionRun::AttentionRun(const AttentionCase& c) : c_(c) {
     alibi_slopes = HostTensor(DType::F32, {c_.batch, c.heads_q});
     alibi_slopes.fill_uniform(rng, 0.05f, 0.5f);
   }
+  if (c.fp8()) {  // drawn last, from their own stream: the draws above match a non-fp8 case's
+    std::mt19937_64 descale_rng(c.seed ^ 0xfb8ull);
+    for (HostTensor* d : {&q_descale, &k_descale, &v_descale}) {
+      *d = HostTensor(DType::F32, {c_.batch, c.heads_k});
+      d->fill_uniform(descale_rng, 0.25f, 2.f);
+    }
+  }
 }
 
 FwdParams AttentionRun::fwd_params(TensorView out_view, TensorView lse_view, Backend backend) const {
@@ -107,6 +114,9 @@ FwdParams AttentionRun::fwd_params(TensorView out_view, TensorView lse_view, Bac
     p.max_seqlen_k = max_k_;
   }
   p.seqused_k = seqused.view();
+  p.q_descale = q_descale.view();
+  p.k_descale = k_descale.view();
+  p.v_descale = v_descale.view();
   return p;
 }
 
@@ -145,7 +155,7 @@ Errors errors(const HostTensor& fast, const HostTensor& ref64, const HostTensor&
 FwdResult AttentionRun::check_fwd(Backend backend, const FwdRunner& runner) {
   const std::vector<int64_t> out_shape = qkv_shape(true, c_.dv());
   const std::vector<int64_t> lshape = lse_shape(c_, total_q_);
-  out = HostTensor(c_.dtype, out_shape);
+  out = HostTensor(c_.out_dtype(), out_shape);
   lse = HostTensor(DType::F32, lshape);
   out.poison();
   lse.poison();
@@ -154,7 +164,7 @@ FwdResult AttentionRun::check_fwd(Backend backend, const FwdRunner& runner) {
   EXPECT_TRUE(st.ok()) << st.message();
 
   HostTensor out64(DType::F32, out_shape), lse64(DType::F32, lshape);
-  HostTensor out_lp(c_.dtype, out_shape), lse_lp(DType::F32, lshape);
+  HostTensor out_lp(c_.out_dtype(), out_shape), lse_lp(DType::F32, lshape);
   for (auto [o, l, precision] : {std::tuple{&out64, &lse64, cpu::reference::Precision::Float64},
                                  std::tuple{&out_lp, &lse_lp, cpu::reference::Precision::InputPrecision}}) {
     o->poison();
@@ -317,6 +327,46 @@ std::vector<AttentionCase> feature_sweep() {
   with([](AttentionCase& c) { c.head_dim = 224; c.dtype = DType::F16; c.causal = true; c.softcap = 2.f; });
   with([](AttentionCase& c) { c.head_dim = 192; c.dropout_p = 0.1f; c.varlen_q = {70, 26}; c.varlen_k = {90, 160}; });
   with([](AttentionCase& c) { c.head_dim = 32; c.dropout_p = 0.2f; c.window_left = 40; c.window_right = 8; });
+  return cases;
+}
+
+std::vector<AttentionCase> fp8_sweep() {
+  std::vector<AttentionCase> cases;
+  AttentionCase base;
+  base.dtype = DType::F8E4M3;
+  base.seqlen_q = 96;
+  base.seqlen_k = 160;
+  base.heads_q = 4;
+  base.heads_k = 2;
+  auto with = [&](auto f) {
+    AttentionCase c = base;
+    f(c);
+    c.seed = cases.size() + 101;
+    cases.push_back(c);
+  };
+  with([](AttentionCase&) {});
+  with([](AttentionCase& c) { c.causal = true; });
+  with([](AttentionCase& c) { c.seqlen_q = 1; c.seqlen_k = 1; });
+  with([](AttentionCase& c) { c.seqlen_q = 203; c.seqlen_k = 113; c.causal = true; });
+  for (int d : {64, 128, 192, 256}) with([d](AttentionCase& c) { c.head_dim = d; c.causal = d == 128; });
+  with([](AttentionCase& c) { c.head_dim = 192; c.head_dim_v = 128; });
+  with([](AttentionCase& c) { c.batch = 3; c.heads_q = 6; c.heads_k = 1; });          // MQA
+  with([](AttentionCase& c) { c.batch = 3; c.heads_q = 8; c.heads_k = 2; c.causal = true; });
+  with([](AttentionCase& c) { c.heads_q = c.heads_k = 3; });                          // MHA
+  with([](AttentionCase& c) { c.window_left = 20; c.window_right = 10; });
+  with([](AttentionCase& c) { c.causal = true; c.window_left = 40; });
+  with([](AttentionCase& c) { c.softcap = 1.5f; });
+  with([](AttentionCase& c) { c.softcap = 2.f; c.causal = true; c.head_dim = 128; });
+  with([](AttentionCase& c) { c.alibi = 2; c.causal = true; });
+  with([](AttentionCase& c) { c.seqused_k = {100, 37}; });
+  with([](AttentionCase& c) { c.num_splits = 3; });
+  with([](AttentionCase& c) { c.num_splits = 4; c.causal = true; c.softcap = 1.f; });
+  with([](AttentionCase& c) { c.num_splits = 0; c.seqlen_q = 1; c.seqlen_k = 700; c.heads_q = 8; });  // pack-GQA
+  with([](AttentionCase& c) { c.varlen_q = {30, 0, 77, 1}; c.varlen_k = {50, 12, 77, 0}; });
+  with([](AttentionCase& c) { c.varlen_q = {30, 5, 77, 64}; c.varlen_k = {20, 0, 90, 64}; c.causal = true; });
+  with([](AttentionCase& c) { c.varlen_q = {40, 70}; c.varlen_k = {60, 190}; c.seqused_k = {45, 131}; c.num_splits = 2; });
+  with([](AttentionCase& c) { c.varlen_q = {1, 1, 1}; c.varlen_k = {300, 5, 129}; c.num_splits = 0; c.head_dim = 128; });
+  with([](AttentionCase& c) { c.softmax_scale = -0.125f; });
   return cases;
 }
 

@@ -37,6 +37,9 @@ struct AttentionCase {
   uint64_t seed = 1;
 
   int dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  bool fp8() const { return dtype == DType::F8E4M3; }
+  // fp8 inputs write bfloat16, as FlashAttention-3.
+  DType out_dtype() const { return fp8() ? DType::BF16 : dtype; }
   bool varlen() const { return !varlen_q.empty(); }
   std::string name() const;
 };
@@ -76,6 +79,9 @@ class AttentionRun {
 
   const AttentionCase& config() const { return c_; }
   HostTensor q, k, v, dout, alibi_slopes, cu_q, cu_k, seqused;
+  // fp8 cases: float32 (batch, heads_k), a distinct factor per (sequence, kv head), so that a
+  // backend mixing up the batch and head indexing (or q's group mapping) fails.
+  HostTensor q_descale, k_descale, v_descale;
   HostTensor out, lse;  // from the last check_fwd
 
  private:
@@ -86,6 +92,8 @@ class AttentionRun {
 
 // Shapes that break kernels and every feature alone and in pairs (see the definition).
 std::vector<AttentionCase> feature_sweep();
+// fp8 (float8_e4m3fn, with descales) over the features FlashAttention-3's fp8 forward has.
+std::vector<AttentionCase> fp8_sweep();
 
 // One unit in the last place of dtype at `magnitude`: the floor that covers an output's final
 // rounding.

@@ -512,7 +512,7 @@ def test_errors_carry_the_library_message():
     assert info.value.argument == "k" and isinstance(info.value, flashattn.ArgumentError)
     with pytest.raises(ValueError, match="heads_k must divide heads_q"):
         flash_attn_func(np.zeros((1, 4, 3, 64), np.float32), q, q)
-    with pytest.raises(TypeError, match=r"argument 'q': dtype must be float16, bfloat16 or float32, got int32"):
+    with pytest.raises(TypeError, match=r"argument 'q': dtype must be float16, bfloat16, float32 or float8_e4m3fn, got int32"):
         flash_attn_func(q.astype(np.int32), q, q)
     with pytest.raises(TypeError, match=r"argument 'k': dtype must equal the dtype of 'q'"):
         flash_attn_func(q, q.astype(np.float16), q)

@@ -464,7 +464,7 @@ def test_errors_carry_the_library_message():
     q = torch.zeros((1, 4, 2, 64))
     with pytest.raises(ValueError, match=r"argument 'v': .*got 3"):
         flash_attn_func(q, q, torch.zeros((1, 3, 2, 64)))
-    with pytest.raises(TypeError, match=r"argument 'q': dtype must be float16, bfloat16 or float32, got int32"):
+    with pytest.raises(TypeError, match=r"argument 'q': dtype must be float16, bfloat16, float32 or float8_e4m3fn, got int32"):
         flash_attn_func(q.int(), q.int(), q.int())
     with pytest.raises(TypeError, match="dtype must be one of float32, float16, bfloat16"):
         flash_attn_func(q.to(torch.int16), q, q)

@@ -75,6 +75,9 @@ inline Status fwd_on_device(const FwdParams& host) {
   d.cu_seqlens_k = m.upload(host.cu_seqlens_k);
   d.seqused_k = m.upload(host.seqused_k);
   d.block_table = m.upload(host.block_table);
+  d.q_descale = m.upload(host.q_descale);
+  d.k_descale = m.upload(host.k_descale);
+  d.v_descale = m.upload(host.v_descale);
   d.out = m.output(host.out);
   d.softmax_lse = m.output(host.softmax_lse);
   const Status st = fwd(d);
@@ -97,6 +100,9 @@ inline Status kvcache_on_device(const KvCacheParams& host) {
   d.rotary_cos = m.upload(host.rotary_cos);
   d.rotary_sin = m.upload(host.rotary_sin);
   d.alibi_slopes = m.upload(host.alibi_slopes);
+  d.q_descale = m.upload(host.q_descale);
+  d.k_descale = m.upload(host.k_descale);
+  d.v_descale = m.upload(host.v_descale);
   d.out = m.output(host.out);
   d.softmax_lse = m.output(host.softmax_lse);
   const Status st = fwd_kvcache(d);
