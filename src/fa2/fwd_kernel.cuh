@@ -102,6 +102,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
   const int warp_row0 = row0 + warp * 16 * kMTiles;
+  // A warp whose rows are all past the sequence (decoding: a few rows per tile) still loads its
+  // share of every K/V tile and meets every barrier, but skips the math. Two-stage pipelines only:
+  // the one-stage one has a barrier between S and P V.
+  const bool warp_without_rows = Config::kStages == 2 && warp_row0 >= sq;
 
   KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
   if (split_ws.splits > 1) {
@@ -196,6 +200,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
       sm80::cp_async_commit();
     }
 
+    if (warp_without_rows) continue;
     const Element* k_tile = smem_k + stage * Config::kSmemKV;
     const Element* v_tile = smem_v + stage * Config::kSmemKV;
     const int key0 = tile * kBlockN;

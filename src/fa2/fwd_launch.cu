@@ -8,23 +8,15 @@
 
 #include "common/cuda_status.h"
 #include "common/env.h"
+#include "common/pack_gqa.h"
 #include "common/split_kv.h"
 #include "fa2/device_limits.h"
 #include "fa2/fa2_backend.h"
 #include "fa2/fwd_kernel.cuh"
+#include "fa2/fwd_plan.h"
 
 namespace flashattn::fa2 {
 namespace {
-
-// Splits for num_splits = 0: none when the row blocks already fill the GPU; otherwise enough to
-// reach about two waves, keeping at least two key tiles per split.
-int choose_splits(const AttnProblem& p, int64_t ctas, int64_t tile_keys, int multiprocessors) {
-  if (p.num_splits > 0) return p.num_splits;
-  if (ctas >= multiprocessors) return 1;
-  const int64_t by_keys = std::max<int64_t>(1, p.lens.seqlen_k / (2 * tile_keys));
-  const int64_t wanted = (2 * multiprocessors + ctas - 1) / ctas;
-  return int(std::clamp<int64_t>(std::min(wanted, by_keys), 1, 64));
-}
 
 template <typename Config>
 Status launch(const AttnProblem& p, cudaStream_t stream) {
@@ -42,7 +34,15 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   if (p.heads_q > 65535 || p.batch > 65535)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: more than 65535 heads or sequences per call");
   if (row_blocks == 0 || p.batch == 0) return {};
-  const int splits = choose_splits(p, row_blocks * p.heads_q * p.batch, Config::kBlockN, limits.multiprocessors);
+  int splits = p.num_splits;
+  if (splits == 0) {
+    int resident = 1;
+    FLASHATTN_CUDA_CHECK("fa2 fwd: reading the occupancy",
+                         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, Config::kThreads,
+                                                                       Config::kSmemBytes));
+    splits = choose_fwd_splits({row_blocks * p.heads_q * p.batch, p.lens.seqlen_k, Config::kBlockN,
+                                limits.multiprocessors, resident});
+  }
   if (row_blocks * splits > 0x7fffffff)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: too many row blocks for one launch");
   const dim3 grid(unsigned(row_blocks * splits), unsigned(p.heads_q), unsigned(p.batch));
@@ -97,6 +97,14 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
   const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
   if constexpr (!kDropout && !kGeneral) {
     const int variant = tile_variant();
+    // Decoding (a few query rows per head, e.g. pack-GQA's rows of one KV head): 64-row tiles, in
+    // which the warps without rows skip the math (fwd_kernel.cuh) and 64-key tiles keep the loads
+    // deep. Dense grids use the tiles below.
+    if (variant < 0 && p.lens.seqlen_q <= 16) {
+      if (dim <= 64) return launch<FwdConfig<Element, 64, 64, 64, 4, false, false>>(p, stream);
+      if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
+      return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
+    }
     if (variant == 1) {
       if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false, false>>(p, stream);
       if (dim <= 128) return launch<FwdConfig<Element, 128, 128, 64, 8, false, false>>(p, stream);
@@ -136,13 +144,10 @@ Status dispatch_dropout(const AttnProblem& p, cudaStream_t stream) {
 
 }  // namespace
 
-Status fwd(const AttnProblem& p, void* stream) {
+Status fwd(const AttnProblem& problem, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  // Switched on once the device suite has run it (tests/cpp/paged_varlen_case.cpp has the cases).
-  if (p.k.block_table != nullptr && p.lens.cu_seqlens_q != nullptr)
-    return Status::error(ErrorCode::Unsupported, "block_table",
-                         "argument 'block_table': varlen queries over a paged k/v run on the CPU backend; the fa2 "
-                         "kernels do not take them yet");
+  // Decoding with GQA: each KV tile is read once for all the query heads that share it.
+  const AttnProblem p = can_pack_gqa_rows(problem) ? pack_gqa_rows(problem) : problem;
   switch (p.dtype) {
     case DType::F16: return dispatch_dropout<__half>(p, s);
     case DType::BF16: return dispatch_dropout<__nv_bfloat16>(p, s);

@@ -86,15 +86,6 @@ Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle) {
                                      "on the CPU backend; the FA3 fp8 kernels are not built yet), got ") +
                              dtype_name(kp.attn.dtype));
   AttnProblem p = kp.attn;
-  // Switched on once the device suite has run it (tests/cpp/gpu/test_kvcache.cu covers it).
-  if (p.lens.k_leftpad != nullptr)
-    return Status::error(ErrorCode::Unsupported, "cache_leftpad",
-                         "argument 'cache_leftpad': a left-padded cache runs on the CPU backend; the fa2 kernels "
-                         "do not take it yet");
-  if (p.lens.cu_seqlens_q != nullptr)
-    return Status::error(ErrorCode::Unsupported, "cu_seqlens_q",
-                         "argument 'cu_seqlens_q': varlen queries over a KV cache run on the CPU backend; the fa2 "
-                         "kernels do not take them yet");
   if (p.batch > 65535 || kp.seqlen_new > 0x7fffffff || p.lens.seqlen_q > 0x7fffffff)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd_kvcache: more than 65535 sequences per call");
   if (kp.k_new.data != nullptr && kp.seqlen_new > 0 && p.batch > 0) {

@@ -48,6 +48,50 @@ std::vector<AttentionCase> d256_cases() {
 
 INSTANTIATE_TEST_SUITE_P(D256, Fa2Forward, ::testing::ValuesIn(d256_cases()), ParamTestName());
 
+// Decoding: one query row, GQA packed into rows of the KV head (common/pack_gqa.h), the 64-row
+// decode tiles with idle warps, and the wave rule's split counts; plus the shapes packing must
+// leave alone (MHA, a left window, ALiBi) and a few rows (speculative decoding, 64-row tiles).
+std::vector<AttentionCase> decode_cases() {
+  std::vector<AttentionCase> cases;
+  for (int d : {64, 128, 256})
+    for (auto [hq, hk] : {std::pair{32, 8}, {16, 2}, {8, 1}, {4, 4}})
+      for (int sk : {1, 77, 3000}) {
+        AttentionCase c{.batch = 3, .seqlen_q = 1, .seqlen_k = sk, .heads_q = hq, .heads_k = hk, .head_dim = d,
+                        .causal = sk % 2 == 1, .num_splits = 0};
+        c.seed = cases.size() + 501;
+        cases.push_back(c);
+      }
+  const AttentionCase base{.batch = 2, .seqlen_q = 1, .seqlen_k = 900, .heads_q = 16, .heads_k = 4, .head_dim = 128,
+                           .num_splits = 0};
+  AttentionCase c = base;
+  c.softcap = 30.f;
+  cases.push_back(c);
+  c = base;
+  c.window_left = 100;
+  c.causal = true;
+  cases.push_back(c);
+  c = base;
+  c.alibi = 1;
+  cases.push_back(c);
+  c = base;
+  c.num_splits = 7;
+  cases.push_back(c);
+  c = base;
+  c.dtype = DType::F16;
+  c.seqused_k = {5, 900};
+  cases.push_back(c);
+  for (int sq : {4, 16, 17}) {
+    c = base;
+    c.seqlen_q = sq;
+    c.causal = true;
+    cases.push_back(c);
+  }
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].seed = 501 + i;
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, Fa2Forward, ::testing::ValuesIn(decode_cases()), ParamTestName());
+
 // A race shows as results that move between runs of the same inputs.
 TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_CUDA_DEVICE();
@@ -63,6 +107,10 @@ TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   c.head_dim = 96;  // the loader with idle threads (12 chunks per row)
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
   c.head_dim = 256;  // 8 warps where the GPU has the shared memory for 128x64 tiles
+  expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
+  // Decoding: pack-GQA rows, 64-row tiles with idle warps, split-KV and the combine.
+  c = AttentionCase{.batch = 4, .seqlen_q = 1, .seqlen_k = 5000, .heads_q = 32, .heads_k = 8, .head_dim = 128,
+                    .num_splits = 0};
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
 }
 

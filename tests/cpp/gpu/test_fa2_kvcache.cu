@@ -5,7 +5,9 @@
 #include "device_mirror.h"
 #include "gpu_test_util.h"
 #include "combine_case.h"
+#include "kv_alone_case.h"
 #include "kvcache_case.h"
+#include "paged_varlen_case.h"
 #include "test_util.h"
 
 namespace flashattn::test {
@@ -26,6 +28,43 @@ TEST_P(Fa2KvCache, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCache, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
+
+// Left-padded caches and varlen queries, each sequence checked alone (kv_alone_case.cpp).
+std::vector<KvAloneCase> gpu_kv_alone_cases() {
+  std::vector<KvAloneCase> cases;
+  for (const KvAloneCase& c : kv_alone_cases())
+    if (c.dtype != DType::F32) cases.push_back(c);
+  return cases;
+}
+
+class Fa2KvCacheAlone : public ::testing::TestWithParam<KvAloneCase> {};
+
+TEST_P(Fa2KvCacheAlone, MatchesEachSequenceAlone) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_kv_alone_case(GetParam(), Backend::Fa2, gpu_test::kvcache_on_device);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheAlone, ::testing::ValuesIn(gpu_kv_alone_cases()), ParamTestName());
+
+// Varlen queries over a paged k/v in fwd (serving engines' mixed batches).
+std::vector<PagedVarlenCase> gpu_paged_varlen_cases() {
+  std::vector<PagedVarlenCase> cases;
+  for (const PagedVarlenCase& c : paged_varlen_cases())
+    if (c.attn.dtype != DType::F32) cases.push_back(c);
+  return cases;
+}
+
+class Fa2PagedVarlen : public ::testing::TestWithParam<PagedVarlenCase> {};
+
+TEST_P(Fa2PagedVarlen, MatchesPackedReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const PagedVarlenCase& c = GetParam();
+  const FwdResult f = check_paged_varlen_case(c, Backend::Fa2, gpu_test::fwd_on_device);
+  expect_within(f.out, 2.0, rounding_floor(c.attn.dtype, f.out.reference_max), "out");
+  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2PagedVarlen, ::testing::ValuesIn(gpu_paged_varlen_cases()), ParamTestName());
 
 }  // namespace
 }  // namespace flashattn::test
