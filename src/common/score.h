@@ -21,6 +21,13 @@ FA_HD float alibi_bias(float slope, int64_t row, int64_t key, int64_t seqlen_q, 
   return -slope * float(dist < 0 ? -dist : dist);
 }
 
+// alibi_bias in 32 bits for kernels (rows and keys below 2^30 each; shift = seqlen_k - seqlen_q):
+// 64-bit distances cost them register pairs and a 64-bit conversion per element.
+FA_HD float alibi_bias_32(float slope, int row, int key, int shift) {
+  const int dist = row + shift - key;
+  return -slope * float(dist < 0 ? -dist : dist);
+}
+
 FA_HD float score_to_logit(ScoreParams p, float s) {
   if (p.softcap > 0.f) return p.softcap * tanhf(s * (p.scale / p.softcap));
   return s * p.scale;

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "common/problem.h"
+#include "common/score.h"
 
 namespace flashattn::fa3 {
 
@@ -80,6 +81,9 @@ struct BwdArgs {
   float* dq_accum = nullptr;
   int* dq_semaphores = nullptr;
   int64_t rows_padded = 0;
+  // The general score path's factors (common/score.h), formed on the host: kernel parameters
+  // are read from the constant bank, not held in registers over the step loop.
+  ScoreFactors score_factors{};
   bool deterministic = false;
   // Deterministic mode under a limit on the right (causal, windows): key blocks add to a row block
   // from the last to the first and the grid runs them in that order (see bwd_block).

@@ -62,7 +62,7 @@ struct BwdThread {
 // unmasked steps have no per-element tests).
 template <typename Config, bool kMasked, int kRegs, typename WaitDp>
 __device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], float (&dp)[kRegs], uint32_t (&p_frag)[kRegs / 8][4],
-                                                         const BwdThread& th,
+                                                         const BwdThread& th, const BwdArgs& args,
                                                          const AttnProblem& p, const BwdBlock& blk, int h, int row0,
                                                          uint32_t lse_addr, uint32_t delta_addr, WaitDp wait_dp) {
   constexpr float kLog2e = 1.4426950408889634f;
@@ -79,7 +79,7 @@ __device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], floa
       for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(s[4 * i + e], scale_log2, -(e % 2 ? lse.y : lse.x));
     });
   } else {
-    const ScoreFactors score = score_factors(p.score);
+    const ScoreFactors& score = args.score_factors;
     const float slope = p.alibi_slope(blk.b, h);
     static_for<kRegs / 4>([&](auto ic) {
       constexpr int i = decltype(ic)::value;
@@ -89,7 +89,7 @@ __device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], floa
         const int j = 4 * i + e;
         float grad;
         float logit = logit_with_grad(score, s[j], &grad);
-        if (slope != 0.f) logit += alibi_bias(slope, row0 + 8 * i + 2 * th.quad + e % 2, th.key[e / 2], blk.sq, blk.sk);
+        if (slope != 0.f) logit += alibi_bias_32(slope, row0 + 8 * i + 2 * th.quad + e % 2, th.key[e / 2], blk.sk - blk.sq);
         s[j] = logit * kLog2e - (e % 2 ? lse.y : lse.x);
         dp[j] = (dp[j] - (e % 2 ? d.y : d.x)) * grad;
       }
@@ -199,11 +199,11 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
                             (p.mask.window_left < 0 || keyw0 >= rows_end - 1 + shift - p.mask.window_left);
       uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
       if (unmasked)
-        bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, p, blk, h, row0, lse_addr, delta_addr, [&] {
+        bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
           if constexpr (!Config::kGeneralScore) wait_dp();
         });
       else
-        bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, p, blk, h, row0, lse_addr, delta_addr, [&] {
+        bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
           if constexpr (!Config::kGeneralScore) wait_dp();
         });
       sm90::pack_fragments<Element>(ds_frag, dp);

@@ -90,7 +90,6 @@ Status check_bwd(const BwdProblem& bp) {
     return unsupported("q", "takes head_dim and head_dim_v in one size class up to 128 (<= 64, <= 128), got " +
                                 std::to_string(p.head_dim) + " / " + std::to_string(p.head_dim_v));
   if (p.dropout_p > 0.f) return unsupported("dropout_p", "has no dropout (the FA2 backward takes it)");
-  if (p.score_modifiers()) return unsupported("softcap", "has no softcap or ALiBi yet (the FA2 backward takes them)");
   if (p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr || p.k.batch_index != nullptr)
     return unsupported("k", "takes (batch, seqlen, heads, dim) or varlen tensors");
   if (p.heads_k > 65535 || p.batch > 65535) return unsupported("q", "takes at most 65535 kv heads and 65535 sequences per call");
@@ -124,6 +123,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   args.problem = problem;
   const SeqlenBounds bounds = seqlen_bounds(p);
   args.problem.fwd.mask = clamp_windows(p.mask, bounds.q, bounds.k);
+  args.score_factors = score_factors(p.score);
   args.deterministic = problem.deterministic;
   // The deterministic order must only make a CTA wait for CTAs started before it (bwd_block.cuh).
   args.descending = problem.deterministic && p.mask.window_right >= 0;

@@ -17,11 +17,11 @@ namespace flashattn::test {
 namespace {
 
 // The calls the FA3 backward covers (fa3::check_bwd): fp16/bf16, head dims up to 128 with q/k
-// and v in one size class, no dropout, no softcap or ALiBi.
+// and v in one size class, no dropout.
 bool fa3_bwd_covers(const AttentionCase& c) {
   auto size_class = [](int x) { return (x + 63) / 64; };
-  return c.dtype != DType::F32 && c.dropout_p == 0.f && c.softcap == 0.f && c.alibi == 0 && c.num_splits <= 1 &&
-         size_class(c.head_dim) == size_class(c.dv()) && c.head_dim <= 128;
+  return c.dtype != DType::F32 && c.dropout_p == 0.f && c.num_splits <= 1 && size_class(c.head_dim) == size_class(c.dv()) &&
+         c.head_dim <= 128;
 }
 
 std::vector<AttentionCase> fa3_bwd_sweep() {
@@ -87,6 +87,19 @@ std::vector<AttentionCase> fa3_bwd_grid() {
   AttentionCase f16 = cases[1];
   f16.dtype = DType::F16;
   cases.push_back(f16);
+  // Softcap and ALiBi (the general score path) over several key and row blocks.
+  for (int d : {64, 128}) {
+    AttentionCase general = cases[2];  // causal GQA
+    general.head_dim = d;
+    general.softcap = 2.f;
+    general.alibi = d == 128 ? 2 : 0;
+    cases.push_back(general);
+    general.softcap = 0.f;
+    general.alibi = 1;
+    general.causal = false;
+    general.window_left = 100;
+    cases.push_back(general);
+  }
   return cases;
 }
 
