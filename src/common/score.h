@@ -50,16 +50,12 @@ struct ScoreFactors {
 FA_HD ScoreFactors score_factors(ScoreParams p) {
   return {p.scale, p.softcap, p.softcap > 0.f ? p.scale / p.softcap : 0.f};
 }
-// On the GPU tanh is the special-function unit's approximation (2^-11 relative error, below the
-// bf16/fp16 rounding of the results); tanhf there is a branchy sequence per element.
+// tanhf as in score_to_logit: the backward's recomputed logits must be the forward's, whose LSE
+// they are divided by (tanh.approx's absolute error, cap * 2^-11, is percents of P at a softcap
+// of 50).
 FA_HD float logit_with_grad(const ScoreFactors& f, float s, float* grad) {
   if (f.softcap > 0.f) {
-#if defined(__CUDA_ARCH__)
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(s * f.scale_over_cap));
-#else
     const float t = tanhf(s * f.scale_over_cap);
-#endif
     *grad = f.scale * (1.f - t * t);
     return f.softcap * t;
   }

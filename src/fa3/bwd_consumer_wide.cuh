@@ -63,7 +63,7 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
   constexpr int kRows = kBlockM / 2;        // this warpgroup's rows of a step
   constexpr int kCols = Config::kDqCols;    // its columns of dK, dV and dQ
   constexpr int kSRegs = kRows / 2, kAccRegs = kCols / 2;
-  static_assert(kBlockN == 64 && kBlockM == 64 && kCols % 64 == 0, "wide tiles: 64 keys, 64 rows, whole column blocks per warpgroup");
+  static_assert(kBlockN == 64 && kBlockM == 64 && kCols == 128, "wide tiles: 64 keys, 64 rows, two 64-column slices per warpgroup");
   const AttnProblem& p = args.problem.fwd;
   const int c = th.consumer;
   const int col0 = c * kCols, first_block = col0 / 64;

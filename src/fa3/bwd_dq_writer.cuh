@@ -40,7 +40,10 @@ __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const Bwd
       __syncwarp();
       sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqOrderThreads);
       sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
-      if (lane == 0) gpu::bwd_signal_counter(semaphore);
+      if (lane == 0) {
+        __threadfence();  // the consumers' fenced adds, seen through the barrier, before the count moves
+        gpu::bwd_signal_counter(semaphore);
+      }
       __syncwarp();
     }
   }

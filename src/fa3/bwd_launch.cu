@@ -60,7 +60,10 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
                     : plan.head_dim == 128 ? bwd_hdim128(args, plan, stream)
                                            : bwd_hdim256(args, plan, stream);
   if (!st.ok()) return st;
-  const int chunk_cols = plan.head_dim == 64 ? 64 : plan.head_dim / 2;  // BwdConfig::kDqCols
+  // The dQ workspace's chunk width, from the configurations the plan selects (bwd_hdim*.cu).
+  const int chunk_cols = plan.head_dim == 64    ? BwdConfig<Element, 64, 64, false>::kDqCols
+                         : plan.head_dim == 128 ? BwdConfig<Element, 128, 64, false>::kDqCols
+                                                : BwdConfig<Element, 256, 64, false>::kDqCols;
   const float dq_scale = plan.general_score ? 1.f : p.score.scale;
   bwd_convert_dq_kernel<Element><<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
       args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale);

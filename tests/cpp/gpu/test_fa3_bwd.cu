@@ -98,6 +98,12 @@ std::vector<AttentionCase> fa3_bwd_grid() {
     general.causal = false;
     general.window_left = 100;
     cases.push_back(general);
+    // A softcap of 30 on logits of tens (scale 2): the recomputed tanh must be the forward's.
+    general.softcap = 30.f;
+    general.alibi = 0;
+    general.window_left = -1;
+    general.softmax_scale = 2.f;
+    cases.push_back(general);
   }
   return cases;
 }
