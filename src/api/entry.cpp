@@ -96,9 +96,9 @@ Target auto_forward_target(Target chosen, [[maybe_unused]] const TensorView& pla
   return chosen;
 }
 
-// Auto on an sm90 GPU: the FA3 backward (H200, same run: 1.5-2x the FA2 backward's TFLOP/s at
-// d64/d128, docs/PERF.md) for every problem it covers; FA2 for the rest (dropout, softcap, ALiBi,
-// head dims past 128).
+// Auto on an sm90 GPU: the FA3 backward (H200: 1.3-2x the FA2 backward's TFLOP/s at d64/d128,
+// docs/PERF.md) for every problem it covers; FA2 for the rest (dropout; q/k and v head dims in
+// different size classes).
 Target auto_backward_target(Target chosen, [[maybe_unused]] const TensorView& placement,
                             [[maybe_unused]] const BwdProblem& problem) {
 #if defined(FLASHATTN_WITH_CUDA)

@@ -21,6 +21,13 @@ FA_HD float alibi_bias(float slope, int64_t row, int64_t key, int64_t seqlen_q, 
   return -slope * float(dist < 0 ? -dist : dist);
 }
 
+// alibi_bias in 32 bits for kernels (rows and keys below 2^30 each; shift = seqlen_k - seqlen_q):
+// 64-bit distances cost them register pairs and a 64-bit conversion per element.
+FA_HD float alibi_bias_32(float slope, int row, int key, int shift) {
+  const int dist = row + shift - key;
+  return -slope * float(dist < 0 ? -dist : dist);
+}
+
 FA_HD float score_to_logit(ScoreParams p, float s) {
   if (p.softcap > 0.f) return p.softcap * tanhf(s * (p.scale / p.softcap));
   return s * p.scale;
@@ -43,16 +50,12 @@ struct ScoreFactors {
 FA_HD ScoreFactors score_factors(ScoreParams p) {
   return {p.scale, p.softcap, p.softcap > 0.f ? p.scale / p.softcap : 0.f};
 }
-// On the GPU tanh is the special-function unit's approximation (2^-11 relative error, below the
-// bf16/fp16 rounding of the results); tanhf there is a branchy sequence per element.
+// tanhf as in score_to_logit: the backward's recomputed logits must be the forward's, whose LSE
+// they are divided by (tanh.approx's absolute error, cap * 2^-11, is percents of P at a softcap
+// of 50).
 FA_HD float logit_with_grad(const ScoreFactors& f, float s, float* grad) {
   if (f.softcap > 0.f) {
-#if defined(__CUDA_ARCH__)
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(s * f.scale_over_cap));
-#else
     const float t = tanhf(s * f.scale_over_cap);
-#endif
     *grad = f.scale * (1.f - t * t);
     return f.softcap * t;
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "common/problem.h"
+#include "common/score.h"
 
 namespace flashattn::fa3 {
 
@@ -25,7 +26,13 @@ struct BwdConfig {
   static constexpr int kHeadDim = kHeadDim_;  // q/k and v (a call's smaller head dims run padded)
   static constexpr int kBlockM = kBlockM_;    // query rows per step
   static constexpr int kConsumers = 2;
-  static constexpr int kBlockN = 64 * kConsumers;  // keys per CTA
+  // Head dims over 128 (d256; d192 runs padded to it): dK and dV of 64 keys at every column no
+  // longer fit one warpgroup's registers, so both warpgroups share a block of 64 keys and split
+  // the head dim instead (bwd_consumer_wide.cuh): each computes S^T and dP^T for half of the
+  // step's rows, P^T and dS^T meet in shared memory, and each accumulates dK, dV and dQ for its
+  // half of the columns, adding dQ straight from registers (no room to stage it).
+  static constexpr bool kWide = kHeadDim > 128;
+  static constexpr int kBlockN = kWide ? 64 : 64 * kConsumers;  // keys per CTA
   static constexpr int kStages = 2;                // Q and dO rings
   static constexpr int kDsStages = 2;              // dS tiles: a step's writes never meet the last step's dQ reads
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -37,7 +44,7 @@ struct BwdConfig {
   // consumer warpgroup: 64-row blocks of the step's rows, then column slices (d128: the two
   // 64-column halves). A step of one 64 x 64 chunk (d64) is split by keys instead: each
   // warpgroup multiplies its own 64 keys' dS by K, and both chunks add to the same rows.
-  static constexpr bool kDqSplitKeys = (kBlockM / 64) * (kHeadDim / 64) < kConsumers;
+  static constexpr bool kDqSplitKeys = !kWide && (kBlockM / 64) * (kHeadDim / 64) < kConsumers;
   static constexpr int kDqRowBlocks = kBlockM / 64;
   static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kBlockM * kHeadDim / (64 * kConsumers);
   static constexpr int kDqColChunks = kHeadDim / kDqCols;
@@ -45,14 +52,16 @@ struct BwdConfig {
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // each of K and V
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // one stage, each of Q and dO
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;  // one stage of dS^T: [kBlockM / 64][kBlockN keys][64 rows]
-  static constexpr int kDqBytes = 64 * kDqCols * 4;       // one consumer's fp32 dQ chunk
+  static constexpr int kPBytes = kWide ? kDsBytes : 0;     // one stage of P^T (wide: P meets in shared memory too)
+  static constexpr int kDqBytes = kWide ? 0 : 64 * kDqCols * 4;  // one consumer's staged fp32 dQ chunk
   static constexpr int kRowBytes = kBlockM * 4;           // one stage of LSE or D
   // K, V, the Q and dO rings, dS, the dQ chunks, LSE and D, then the barriers; tiles 1024-aligned.
   static constexpr int kOffsetV = kKBytes;
   static constexpr int kOffsetQ = 2 * kKBytes;
   static constexpr int kOffsetDo = kOffsetQ + kStages * kQBytes;
   static constexpr int kOffsetDs = kOffsetDo + kStages * kQBytes;
-  static constexpr int kOffsetDq = kOffsetDs + kDsStages * kDsBytes;
+  static constexpr int kOffsetP = kOffsetDs + kDsStages * kDsBytes;
+  static constexpr int kOffsetDq = kOffsetP + kDsStages * kPBytes;
   static constexpr int kOffsetLse = kOffsetDq + kConsumers * kDqBytes;
   static constexpr int kOffsetDelta = kOffsetLse + kStages * kRowBytes;
   static constexpr int kOffsetBarriers = kOffsetDelta + kStages * kRowBytes;
@@ -80,6 +89,9 @@ struct BwdArgs {
   float* dq_accum = nullptr;
   int* dq_semaphores = nullptr;
   int64_t rows_padded = 0;
+  // The general score path's factors (common/score.h), formed on the host: kernel parameters
+  // are read from the constant bank, not held in registers over the step loop.
+  ScoreFactors score_factors{};
   bool deterministic = false;
   // Deterministic mode under a limit on the right (causal, windows): key blocks add to a row block
   // from the last to the first and the grid runs them in that order (see bwd_block).

@@ -22,6 +22,32 @@
 namespace flashattn::fa3 {
 
 inline constexpr uint32_t kBwdDqFullBarrier = 2, kBwdDqEmptyBarrier = 4, kBwdDqBarrierThreads = 128 + 32;
+// Wide kernels (BwdConfig::kWide), deterministic mode: the consumers add dQ themselves; the
+// writer warp orders them (go: the key blocks before have added; done: this CTA's adds fenced).
+inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqDoneBarrier = 4, kBwdDqOrderThreads = 256 + 32;
+
+// The wide kernels' dQ order (deterministic mode), in the writer warp: per step, wait for the row
+// block's earlier key blocks, let the consumers add, and count this block once they are done.
+template <typename Config>
+__device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk) {
+  const AttnProblem& p = args.problem.fwd;
+  const int lane = threadIdx.x % 32;
+  for (int g = 0; g < blk.heads_per_group; ++g) {
+    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
+    for (int m = blk.m_begin; m < blk.m_end; ++m) {
+      int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
+      if (lane == 0) gpu::bwd_wait_counter(semaphore, bwd_add_rank<Config::kBlockM, Config::kBlockN>(p.mask, blk, m * Config::kBlockM, args.descending));
+      __syncwarp();
+      sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqOrderThreads);
+      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
+      if (lane == 0) {
+        __threadfence();  // the consumers' fenced adds, seen through the barrier, before the count moves
+        gpu::bwd_signal_counter(semaphore);
+      }
+      __syncwarp();
+    }
+  }
+}
 
 template <typename Config>
 __device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock& blk, uint32_t dq_stage_addr) {
@@ -31,6 +57,10 @@ __device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
   if (steps == 0) return;
+  if constexpr (Config::kWide) {  // the consumers add dQ themselves
+    if (args.deterministic) bwd_order_dq_wide<Config>(args, blk);
+    return;
+  }
   sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
   sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
   int step = 0;

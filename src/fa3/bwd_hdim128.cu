@@ -6,6 +6,7 @@ namespace flashattn::fa3 {
 
 template <typename Element>
 Status bwd_hdim128_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  if (plan.general_score) return launch_bwd_config<BwdConfig<Element, 128, 64, true>>(args, stream);
   return launch_bwd_config<BwdConfig<Element, 128, 64, false>>(args, stream);
 }
 

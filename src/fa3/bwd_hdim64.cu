@@ -7,6 +7,7 @@ namespace flashattn::fa3 {
 
 template <typename Element>
 Status bwd_hdim64_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  if (plan.general_score) return launch_bwd_config<BwdConfig<Element, 64, 64, true>>(args, stream);
   return launch_bwd_config<BwdConfig<Element, 64, 64, false>>(args, stream);
 }
 

@@ -23,6 +23,10 @@ Status unsupported(const char* argument, const std::string& why) {
 // Row padding of the workspaces: a multiple of every block_m, so row blocks never leave them.
 constexpr int64_t kRowAlign = 128;
 
+// The head dim the backward runs a call at: 64, 128, or 256 (d192 padded: its 96-column halves
+// would split the 64-column blocks that the wide kernel's warpgroups take).
+int bwd_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
 // dQ fp32 (bwd_dq_layout.h) -> dtype, times dq_scale. Grid (rows_padded / 64, heads_q, batch):
 // each CTA converts one 64-row slab, two columns per thread and step.
 template <typename Element>
@@ -52,9 +56,14 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
                                                           {const_cast<float*>(args.lse_log2), const_cast<float*>(args.delta),
                                                            args.rows_padded},
                                                           stream));
-  const Status st = plan.head_dim == 64 ? bwd_hdim64(args, plan, stream) : bwd_hdim128(args, plan, stream);
+  const Status st = plan.head_dim == 64    ? bwd_hdim64(args, plan, stream)
+                    : plan.head_dim == 128 ? bwd_hdim128(args, plan, stream)
+                                           : bwd_hdim256(args, plan, stream);
   if (!st.ok()) return st;
-  const int chunk_cols = plan.head_dim == 64 ? 64 : plan.block_m * plan.head_dim / 128;  // BwdConfig::kDqCols
+  // The dQ workspace's chunk width, from the configurations the plan selects (bwd_hdim*.cu).
+  const int chunk_cols = plan.head_dim == 64    ? BwdConfig<Element, 64, 64, false>::kDqCols
+                         : plan.head_dim == 128 ? BwdConfig<Element, 128, 64, false>::kDqCols
+                                                : BwdConfig<Element, 256, 64, false>::kDqCols;
   const float dq_scale = plan.general_score ? 1.f : p.score.scale;
   bwd_convert_dq_kernel<Element><<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
       args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale);
@@ -85,12 +94,11 @@ Status check_bwd(const BwdProblem& bp) {
   if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("q", "takes float16 or bfloat16");
   if (p.out_dtype != p.dtype) return unsupported("dq", "writes gradients in the dtype of q");
   if (bp.dout_dtype != p.dtype) return unsupported("dout", "needs dout in the dtype of q");
-  const int d = kernel_head_dim(p.head_dim), dv = kernel_head_dim(p.head_dim_v);
-  if (d != dv || d > 128)
-    return unsupported("q", "takes head_dim and head_dim_v in one size class up to 128 (<= 64, <= 128), got " +
+  const int d = bwd_head_dim(p.head_dim), dv = bwd_head_dim(p.head_dim_v);
+  if (d != dv)
+    return unsupported("q", "takes head_dim and head_dim_v in one size class (<= 64, <= 128, <= 256), got " +
                                 std::to_string(p.head_dim) + " / " + std::to_string(p.head_dim_v));
   if (p.dropout_p > 0.f) return unsupported("dropout_p", "has no dropout (the FA2 backward takes it)");
-  if (p.score_modifiers()) return unsupported("softcap", "has no softcap or ALiBi yet (the FA2 backward takes them)");
   if (p.lens.cache_seqlens != nullptr || p.k.block_table != nullptr || p.k.batch_index != nullptr)
     return unsupported("k", "takes (batch, seqlen, heads, dim) or varlen tensors");
   if (p.heads_k > 65535 || p.batch > 65535) return unsupported("q", "takes at most 65535 kv heads and 65535 sequences per call");
@@ -103,7 +111,7 @@ Status check_bwd(const BwdProblem& bp) {
 BwdPlan bwd_plan(const BwdProblem& bp) {
   const AttnProblem& p = bp.fwd;
   BwdPlan plan;
-  plan.head_dim = kernel_head_dim(std::max(p.head_dim, p.head_dim_v));
+  plan.head_dim = bwd_head_dim(std::max(p.head_dim, p.head_dim_v));
   plan.general_score = p.score_modifiers();
   plan.block_m = 64;
   return plan;
@@ -116,7 +124,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   if (p.batch == 0 || p.heads_q == 0) return {};
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const BwdPlan plan = forced_plan != nullptr ? *forced_plan : bwd_plan(problem);
-  if (plan.head_dim != kernel_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.block_m != 64 ||
+  if (plan.head_dim != bwd_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.block_m != 64 ||
       plan.general_score != p.score_modifiers())
     return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: the plan does not fit the call");
 
@@ -124,6 +132,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   args.problem = problem;
   const SeqlenBounds bounds = seqlen_bounds(p);
   args.problem.fwd.mask = clamp_windows(p.mask, bounds.q, bounds.k);
+  args.score_factors = score_factors(p.score);
   args.deterministic = problem.deterministic;
   // The deterministic order must only make a CTA wait for CTAs started before it (bwd_block.cuh).
   args.descending = problem.deterministic && p.mask.window_right >= 0;

@@ -30,8 +30,9 @@ Status launch_bwd_config(const BwdArgs& args, cudaStream_t stream) {
   return cuda_status("fa3 bwd: main kernel launch", cudaGetLastError());
 }
 
-// Per head dim (the kernel's): bwd_hdim64.cu, bwd_hdim128.cu.
+// Per head dim (the kernel's): bwd_hdim64.cu, bwd_hdim128.cu, bwd_hdim256.cu.
 Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
 Status bwd_hdim128(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
+Status bwd_hdim256(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
 
 }  // namespace flashattn::fa3

@@ -5,7 +5,7 @@
 namespace flashattn::fa3 {
 
 struct BwdPlan {
-  int head_dim = 0;  // the kernel's: 64 or 128
+  int head_dim = 0;  // the kernel's: 64, 128 or 256
   int block_m = 0;   // query rows per step: 64
   bool general_score = false;  // softcap or ALiBi (must match the call)
 };

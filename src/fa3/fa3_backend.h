@@ -17,7 +17,7 @@ Status fwd(const AttnProblem& problem, void* stream);
 Status check(const AttnProblem& problem);
 
 // Backward over device tensors on `stream` (workspaces are stream-ordered allocations): fp16/bf16,
-// head dims up to 128 with head_dim and head_dim_v in one size class, dense or varlen, causal,
+// head dims up to 256 with head_dim and head_dim_v in one size class, dense or varlen, causal,
 // windows, softcap, ALiBi, GQA/MQA, seqused_k, deterministic; no dropout. `plan` forces a tile
 // choice (null: bwd_plan's).
 Status bwd(const BwdProblem& problem, void* stream, const BwdPlan* plan = nullptr);

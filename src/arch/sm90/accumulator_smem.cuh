@@ -37,15 +37,18 @@ __device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const fl
 // The same layout from accumulators already packed as wgmma A fragments (pack_fragments below):
 // fragment kk, register e holds accumulator pair (4i + 2 half, + 1) with i = 2kk + e / 2,
 // half = e % 2, so the tile is written without the fp32 values kept live.
+// first_chunk: the fragments' column 0 is 16-byte chunk first_chunk of the 64-column block (a
+// narrower tile written into part of a wider one: kColumns + 8 first_chunk <= 64).
 template <int kColumns, int kBlockBytes = 64 * 128>
-__device__ __forceinline__ void store_fragments_sw128(uint32_t tile, const uint32_t (&frag)[kColumns / 16][4], int warp, int lane) {
+__device__ __forceinline__ void store_fragments_sw128(uint32_t tile, const uint32_t (&frag)[kColumns / 16][4], int warp, int lane,
+                                                      int first_chunk = 0) {
   const uint32_t base = opaque_u32(tile + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
 #pragma unroll
   for (int kk = 0; kk < kColumns / 16; ++kk)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = 2 * kk + e / 2, half = e % 2;
-      st_shared_s32((base ^ uint32_t((i % 8) * 16)) + (i / 8) * kBlockBytes + half * 8 * 128, int(frag[kk][e]));
+      st_shared_s32((base ^ uint32_t(((i + first_chunk) % 8) * 16)) + (i / 8) * kBlockBytes + half * 8 * 128, int(frag[kk][e]));
     }
 }
 

@@ -5,6 +5,7 @@
 // and held in registers across it.
 //   kk: A (64 rows) and B (N rows) both K-major: k16 step j is column block j / 4, + 32 (j % 4) bytes.
 //   rk: A from registers (pack_fragments), B MN-major (K rows, N columns): step j at row 16 j.
+//   km: A K-major (as kk) and B MN-major (as rk).
 //   mm: A MN-major (K rows, 64 columns: read transposed) and B MN-major: step j at row 16 j.
 // kFirst: the first step overwrites d (ss_first: its old values are neither read nor kept live).
 #pragma once
@@ -39,6 +40,19 @@ __device__ __forceinline__ void wgmma_rk(float (&d)[kN / 2], const uint32_t (&a)
 #pragma unroll
   for (int j = 0; j < kDepth / 16; ++j)
     Wgmma<Element, kN>::template rs<1>(d, a[j], mnmajor_descriptor_at(b + j * 2048, b_block_bytes), j > 0 ? 1 : accumulate);
+  wgmma_commit();
+}
+
+// accumulate = 0: d = A B (as wgmma_rk).
+template <typename Element, int kN, int kDepth>
+__device__ __forceinline__ void wgmma_km(float (&d)[kN / 2], uint32_t a_tile, int a_block_bytes, uint32_t b_tile, int b_block_bytes,
+                                         int accumulate) {
+  const uint32_t a = opaque_u32(a_tile), b = opaque_u32(b_tile);
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kDepth / 16; ++j)
+    Wgmma<Element, kN>::template ss<1>(d, kmajor_descriptor_at(a + (j / 4) * a_block_bytes + (j % 4) * 32),
+                                      mnmajor_descriptor_at(b + j * 2048, b_block_bytes), j > 0 ? 1 : accumulate);
   wgmma_commit();
 }
 

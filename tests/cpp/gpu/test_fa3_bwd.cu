@@ -1,5 +1,5 @@
 // FA3 backward (sm90a) against the naive reference (float64 and same-precision) over the part of
-// the feature sweep it covers, in both dQ modes (bulk reductions in any order, and deterministic);
+// the feature sweep it covers (head dims to 256: d256 and padded d192 on the wide kernel), in both dQ modes (bulk reductions in any order, and deterministic);
 // larger grids (several key and row blocks, GQA groups, varlen with empty sequences, seqused_k
 // with NaN past it); rows that see no key; extreme scores; 50-run bitwise determinism; a 100-run
 // race check; Unsupported answers. Skips without an sm90 GPU.
@@ -16,12 +16,11 @@
 namespace flashattn::test {
 namespace {
 
-// The calls the FA3 backward covers (fa3::check_bwd): fp16/bf16, head dims up to 128 with q/k
-// and v in one size class, no dropout, no softcap or ALiBi.
+// The calls the FA3 backward covers (fa3::check_bwd): fp16/bf16, q/k and v head dims in one of
+// its size classes (<= 64, <= 128, <= 256), no dropout.
 bool fa3_bwd_covers(const AttentionCase& c) {
-  auto size_class = [](int x) { return (x + 63) / 64; };
-  return c.dtype != DType::F32 && c.dropout_p == 0.f && c.softcap == 0.f && c.alibi == 0 && c.num_splits <= 1 &&
-         size_class(c.head_dim) == size_class(c.dv()) && c.head_dim <= 128;
+  auto size_class = [](int x) { return x <= 64 ? 1 : x <= 128 ? 2 : 3; };
+  return c.dtype != DType::F32 && c.dropout_p == 0.f && c.num_splits <= 1 && size_class(c.head_dim) == size_class(c.dv());
 }
 
 std::vector<AttentionCase> fa3_bwd_sweep() {
@@ -35,7 +34,7 @@ std::vector<AttentionCase> fa3_bwd_sweep() {
 // varlen batches with empty sequences and seqused_k (NaN in K and V past it).
 std::vector<AttentionCase> fa3_bwd_grid() {
   std::vector<AttentionCase> cases;
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
       // (sizes kept small: the float64 reference runs on one CPU core)
       AttentionCase c;
@@ -65,7 +64,7 @@ std::vector<AttentionCase> fa3_bwd_grid() {
   window.window_left = 0;
   window.window_right = 300;
   cases.push_back(window);
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     AttentionCase varlen;
     varlen.heads_q = 2;
     varlen.heads_k = 1;
@@ -87,6 +86,25 @@ std::vector<AttentionCase> fa3_bwd_grid() {
   AttentionCase f16 = cases[1];
   f16.dtype = DType::F16;
   cases.push_back(f16);
+  // Softcap and ALiBi (the general score path) over several key and row blocks.
+  for (int d : {64, 128, 256}) {
+    AttentionCase general = cases[2];  // causal GQA
+    general.head_dim = d;
+    general.softcap = 2.f;
+    general.alibi = d == 128 ? 2 : 0;
+    cases.push_back(general);
+    general.softcap = 0.f;
+    general.alibi = 1;
+    general.causal = false;
+    general.window_left = 100;
+    cases.push_back(general);
+    // A softcap of 30 on logits of tens (scale 2): the recomputed tanh must be the forward's.
+    general.softcap = 30.f;
+    general.alibi = 0;
+    general.window_left = -1;
+    general.softmax_scale = 2.f;
+    cases.push_back(general);
+  }
   return cases;
 }
 
@@ -123,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fa3Backward, ::testing::ValuesIn(fa3_bwd_grid()),
 // zero dQ, and keys past seqused_k exactly zero dK and dV.
 TEST(Fa3BackwardMasked, GradientsOfUnseenRowsAndKeysAreZero) {
   SKIP_WITHOUT_SM90();
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     AttentionCase c = two_sequences(300, 100, 4, 2, d);
     c.causal = true;
     c.seqused_k = {100, 60};
@@ -158,7 +176,7 @@ TEST(Fa3BackwardMasked, GradientsOfUnseenRowsAndKeysAreZero) {
 // within the rule.
 TEST(Fa3BackwardExtreme, LargeScoresStayFinite) {
   SKIP_WITHOUT_SM90();
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     AttentionCase c = two_sequences(200, 333, 4, 2, d);
     c.causal = d == 128;
     AttentionRun run(c);
@@ -174,7 +192,7 @@ TEST(Fa3BackwardExtreme, LargeScoresStayFinite) {
 
 TEST(Fa3BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
       AttentionCase c = two_sequences(700, 900, 8, 2, d);
       c.causal = causal;
@@ -185,7 +203,7 @@ TEST(Fa3BackwardDeterminism, FiftyRunsAreBitwiseEqual) {
 
 TEST(Fa3BackwardRace, HundredRunsAgree) {
   SKIP_WITHOUT_SM90();
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
       AttentionCase c = two_sequences(2000, 2100, 8, 4, d);
       c.causal = causal;
@@ -204,9 +222,10 @@ TEST(Fa3BackwardErrors, UncoveredCallsAreUnsupported) {
   AttentionCase dropout;
   dropout.dropout_p = 0.1f;
   cases.push_back({dropout, "dropout_p"});
-  AttentionCase d256;
-  d256.head_dim = 256;
-  cases.push_back({d256, "q"});
+  AttentionCase mixed;  // q/k and v head dims in different size classes
+  mixed.head_dim = 128;
+  mixed.head_dim_v = 64;
+  cases.push_back({mixed, "q"});
   for (const auto& [c, argument] : cases) {
     AttentionRun run(c);
     run.check_fwd(Backend::Fa2, gpu_test::fwd_on_device);

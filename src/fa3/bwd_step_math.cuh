@@ -1,0 +1,182 @@
+// The per-step math of the FA3 backward's consumers (bwd_consumer.cuh, bwd_consumer_wide.cuh):
+// where a thread's accumulators sit, P^T and dS^T from S^T and dP^T, the mask decision, the K/V
+// tails, and dK/dV out to global memory.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "arch/sm80/math.cuh"
+#include "arch/sm80/mma.cuh"
+#include "arch/sm90/accumulator_smem.cuh"
+#include "arch/sm90/tma.cuh"
+#include "arch/sm90/warpgroup.cuh"
+#include "arch/sm90/wgmma.cuh"
+#include "common/mask.h"
+#include "common/score.h"
+#include "fa3/bwd_block.cuh"
+#include "fa3/bwd_config.h"
+#include "fa3/fwd_softmax.cuh"
+
+namespace flashattn::fa3 {
+
+// Named barrier of the two consumer warpgroups: dS^T of a step complete (and, once, K/V tails cleared).
+inline constexpr uint32_t kBwdDsBarrier = 1, kBwdConsumerThreads = 256;
+
+// f(std::integral_constant<int, i>{}) for i = 0 .. kCount - 1, unrolled at compile time.
+template <int kCount, typename F, int... kI>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kI...>) {
+  (f(std::integral_constant<int, kI>{}), ...);
+}
+template <int kCount, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
+}
+
+// Where this thread's accumulators sit: its keys (accumulator rows) and its step columns.
+struct BwdThread {
+  int consumer, warp, lane, quad;
+  int key[2];  // keys of accumulator rows 0 and 1 (+ 8)
+};
+
+// P^T and dS^T of a step from S^T and dP^T: P^T packed into p_frag (the A operand of dV += P^T
+// dO), dS^T in place of dp. Plain scores (Config::kGeneralScore false): the exponentials run
+// while dP's wgmmas still do (wait_dp comes after them), and P is packed before dP is read: dS is
+// formed from the packed P (rounded to the element type, as a framework computing in it rounds
+// P), so P's 32-bit values are not live beside dP's. dS leaves out the softmax scale. General: softcap and ALiBi per element after both
+// waits, (dP - D) * dlogit/ds formed first so that no third array is live. kMasked: the step's
+// tile crosses a mask edge or the last key (one copy per case, a warpgroup-uniform branch, so
+// unmasked steps have no per-element tests).
+template <typename Config, bool kMasked, int kRegs, typename WaitDp>
+__device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], float (&dp)[kRegs], uint32_t (&p_frag)[kRegs / 8][4],
+                                                         const BwdThread& th, const BwdArgs& args,
+                                                         const AttnProblem& p, const BwdBlock& blk, int h, int row0,
+                                                         uint32_t lse_addr, uint32_t delta_addr, WaitDp wait_dp) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  // Column group i's two rows of LSE or D: one base register, the group in the offset.
+  lse_addr += 2 * th.quad * 4;
+  delta_addr += 2 * th.quad * 4;
+  auto row_pair = [](uint32_t base, auto i) { return sm90::ld_shared_f32x2<decltype(i)::value * 32>(base); };
+  if constexpr (!Config::kGeneralScore) {
+    const float scale_log2 = p.score.scale * kLog2e;
+    static_for<kRegs / 4>([&](auto ic) {
+      constexpr int i = decltype(ic)::value;
+      const float2 lse = row_pair(lse_addr, ic);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(s[4 * i + e], scale_log2, -(e % 2 ? lse.y : lse.x));
+    });
+  } else {
+    const ScoreFactors& score = args.score_factors;
+    const float slope = p.alibi_slope(blk.b, h);
+    static_for<kRegs / 4>([&](auto ic) {
+      constexpr int i = decltype(ic)::value;
+      const float2 lse = row_pair(lse_addr, ic), d = row_pair(delta_addr, ic);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = 4 * i + e;
+        float grad;
+        float logit = logit_with_grad(score, s[j], &grad);
+        if (slope != 0.f) logit += alibi_bias_32(slope, row0 + 8 * i + 2 * th.quad + e % 2, th.key[e / 2], blk.sk - blk.sq);
+        s[j] = logit * kLog2e - (e % 2 ? lse.y : lse.x);
+        dp[j] = (dp[j] - (e % 2 ? d.y : d.x)) * grad;
+      }
+    });
+  }
+  if constexpr (kMasked) {
+    // The query rows (columns, relative to row0) that see each of this thread's keys, formed here
+    // from an opaque key: hoisted out of the step loop, the four bounds would be held (spilled).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const RowKeys rows = key_rows_32(p.mask, int(sm90::opaque_u32(uint32_t(th.key[r]))), blk.sq, blk.sk);
+      mask_row_outside(s, r, th.quad, rows.begin - row0, rows.end - row0);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRegs; ++j) s[j] = sm80::fast_exp2(s[j]);
+  using Element = typename Config::Element;
+  sm90::pack_fragments<Element>(p_frag, s);
+  if constexpr (!Config::kGeneralScore) {
+    wait_dp();
+    // Accumulators 4i .. 4i + 3 are pairs (2e, 2e + 1) of fragment i / 2, registers 2 (i % 2) + e / 2.
+    static_for<kRegs / 4>([&](auto ic) {
+      constexpr int i = decltype(ic)::value;
+      const float2 d = row_pair(delta_addr, ic);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 prob = sm80::unpack2<Element>(p_frag[i / 2][2 * (i % 2) + h]);
+        dp[4 * i + 2 * h] = prob.x * (dp[4 * i + 2 * h] - d.x);
+        dp[4 * i + 2 * h + 1] = prob.y * (dp[4 * i + 2 * h + 1] - d.y);
+      }
+    });
+  } else {
+#pragma unroll
+    for (int j = 0; j < kRegs; ++j) dp[j] *= s[j];
+  }
+}
+
+// K/V rows past the sequence inside the block: with varlen (the next sequence's rows) or
+// seqused_k (rows the caller did not fill, maybe NaN) they are in bounds of the maps, so the TMA
+// loads real memory there. Their P and dS are 0, but dQ = dS K and dP = dO V^T would still meet
+// them (0 * NaN = NaN): both consumer warpgroups clear those rows of every column block once.
+template <typename Config>
+__device__ __forceinline__ void bwd_clear_kv_tails(const AttnProblem& p, const BwdBlock& blk, uint32_t k_addr) {
+  constexpr int kBlockN = Config::kBlockN;
+  const bool clear_tails = (p.lens.cu_seqlens_k != nullptr || p.lens.seqused_k != nullptr) && blk.keys_used < kBlockN;
+  if (!clear_tails) return;
+  const int bytes = (kBlockN - blk.keys_used) * 128;  // per column block, contiguous from row keys_used
+  const int tid = int(threadIdx.x) - 128;
+#pragma unroll 1
+  for (int i = tid * 16; i < 2 * Config::kColumnBlocks * bytes; i += int(kBwdConsumerThreads) * 16) {
+    const int block = i / bytes;  // column blocks of K, then of V (adjacent tiles)
+    sm90::st_shared_zero16(k_addr + block * (kBlockN * 128) + blk.keys_used * 128 + (i - block * bytes));
+  }
+  sm90::fence_async_shared();
+  sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
+}
+
+// Whether every (row, key) of a step's tile (64 keys from key0, kRows rows from row0) is visible
+// (tile_fully_visible in 32 bits: the launch clamps the windows and keeps rows + keys below 2^31):
+// then it needs no per-element mask.
+template <int kRows>
+__device__ __forceinline__ bool bwd_tile_unmasked(const AttnProblem& p, const BwdBlock& blk, int key0, int row0) {
+  const int rows_end = row0 + kRows < blk.sq ? row0 + kRows : blk.sq;
+  const int shift = blk.sk - blk.sq;
+  return key0 + 64 <= blk.sk && (p.mask.window_right < 0 || key0 + 63 <= row0 + shift + p.mask.window_right) &&
+         (p.mask.window_left < 0 || key0 >= rows_end - 1 + shift - p.mask.window_left);
+}
+
+// dK (plain scores: times the softmax scale left out of dS) and dV of this thread's keys
+// (th.key) and of its kRegs / 2 columns from col0, two elements per store, for every stored key
+// of the block; keys past seqused_k or seen by no row get 0.
+template <typename Config, int kRegs>
+__device__ __forceinline__ void bwd_store_dk_dv(const BwdArgs& args, const BwdBlock& blk, const BwdThread& th, int col0,
+                                                const float (&dk)[kRegs], const float (&dv)[kRegs], bool any_step) {
+  using Element = typename Config::Element;
+  const AttnProblem& p = args.problem.fwd;
+  const float dk_scale = Config::kGeneralScore ? 1.f : p.score.scale;
+  const BwdProblem& bp = args.problem;
+  Element* dk_out = static_cast<Element*>(bp.dk.data);
+  Element* dv_out = static_cast<Element*>(bp.dv.data);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = th.key[r];
+    if (key >= blk.stored_k) continue;
+    Element* dk_row = dk_out + bp.dk.offset(blk.b, key, blk.hk);
+    Element* dv_row = dv_out + bp.dv.offset(blk.b, key, blk.hk);
+#pragma unroll
+    for (int i = 0; i < kRegs / 4; ++i) {
+      const int col = col0 + 8 * i + 2 * th.quad;
+      // (selects, not products: without steps dk and dv hold whatever their registers held)
+      if (col < p.head_dim)
+        *reinterpret_cast<uint32_t*>(dk_row + col) = sm80::pack2<Element>(any_step ? dk[4 * i + 2 * r] * dk_scale : 0.f,
+                                                                          any_step ? dk[4 * i + 2 * r + 1] * dk_scale : 0.f);
+      if (col < p.head_dim_v)
+        *reinterpret_cast<uint32_t*>(dv_row + col) =
+            sm80::pack2<Element>(any_step ? dv[4 * i + 2 * r] : 0.f, any_step ? dv[4 * i + 2 * r + 1] : 0.f);
+    }
+  }
+}
+
+}  // namespace flashattn::fa3
