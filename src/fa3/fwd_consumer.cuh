@@ -1,0 +1,283 @@
+// The FA3 forward's consumer warpgroups: for each work tile the producer publishes, S = Q K^T
+// (wgmma, both operands in shared memory, K-major), the masked online softmax in registers
+// (fwd_softmax.cuh), O += P V with P as the register A operand (or, FwdConfig::kPInSmem, from
+// shared memory) and V MN-major, intra-warpgroup overlap of the softmax with the GEMMs and
+// ping-pong between the warpgroups; then the epilogue (fwd_epilogue.cuh).
+#pragma once
+
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "arch/sm80/math.cuh"
+#include "arch/sm80/mma.cuh"
+#include "arch/sm90/accumulator_smem.cuh"
+#include "arch/sm90/mbarrier.cuh"
+#include "arch/sm90/tma.cuh"
+#include "arch/sm90/warpgroup.cuh"
+#include "arch/sm90/wgmma.cuh"
+#include "common/mask.h"
+#include "common/problem.h"
+#include "common/score.h"
+#include "fa3/fwd_config.h"
+#include "fa3/fwd_epilogue.cuh"
+#include "fa3/fwd_scheduler.cuh"
+#include "fa3/fwd_smem.cuh"
+#include "fa3/fwd_softmax.cuh"
+
+namespace flashattn::fa3 {
+
+template <typename Config>
+__device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProblem& p, const FwdGrid& grid, const FwdSmem<Config>& sm) {
+  using Element = typename Config::Element;
+  using State = sm90::PipelineState<Config::kStages>;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  constexpr int kColumnBlocksV = Config::kColumnBlocksV;
+  constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
+  Element* smem_q = sm.q;
+  Element* smem_k = sm.k;
+  Element* smem_v = sm.v;
+  unsigned char* smem_p = sm.p;
+  auto* pipeline_k = sm.pipeline_k;
+  auto* pipeline_v = sm.pipeline_v;
+  uint64_t* q_full = sm.q_full;
+  uint64_t* q_empty = sm.q_empty;
+  auto tile_slot = [&](uint32_t n) { return sm.tile_slot(n); };
+  const int warpgroup = threadIdx.x / 128;
+  const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
+  // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
+  // kPBarrier + c: consumer c's P tile written (its 128 threads; P in shared memory only).
+  // kEpilogueBarrier: every consumer's last P V done (O's staging area is in the V ring), then
+  // O staged.
+  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = kFwdClearBarrier, kTurnBarrier = kFwdTurnBarrier,
+                     kPBarrier = kFwdPBarrier;
+  constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
+  const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
+  const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
+  const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
+  const uint32_t p_addr = sm90::smem_u32(smem_p) + consumer * Config::kPBytes;  // this warpgroup's P tile
+  // A warp's arrival on a stage's empty barrier, once all its lanes are past their wait.
+  auto release = [&](uint64_t* empty) {
+    __syncwarp();
+    if (lane == 0) sm90::mbarrier_arrive(empty);
+  };
+  // Every thread's arrival on Q empty (it read the tile slot; see q_empty's init). The __syncwarp
+  // is not needed for the barrier: without it ptxas allocates the consumers' registers otherwise
+  // and 16 configurations spill.
+  auto release_q = [&]() {
+    __syncwarp();
+    sm90::mbarrier_arrive(q_empty);
+  };
+  uint32_t done = 0, uses = 0;  // unsigned: wrapping keeps stage and parity right
+
+  for (;;) {
+    sm90::mbarrier_wait(q_full, done & 1u);
+    const int w = sm90::ld_shared_s32(tile_slot(done));
+    if (w < 0) break;  // (the O stores' reads of shared memory are done: their global writes complete with the grid)
+    const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
+    const int b = wt.b, h = wt.h;
+    const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
+    const int wg_row0 = wt.row0 + consumer * 64;  // this thread's rows: + 16 warp + group, + 8
+    const AccumulatorCoords at{wg_row0 + warp * 16 + lane / 4, lane % 4};
+
+    float o[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+    float s[kSRegs];
+    uint32_t p_frag[Config::kPInSmem ? 1 : kBlockN / 16][4];  // P as registers (not kPInSmem)
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
+
+    // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
+    auto issue_qk = [&](int stage) {
+      const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKBytes);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 16; ++j) {
+        const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
+        const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
+        sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
+                                                      j > 0);
+      }
+      sm90::wgmma_commit();
+    };
+    // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
+    // blocks kBlockN * 128 bytes apart (MN-major).
+    // With P in shared memory its k16 step kk reads column block kk / 4 at byte offset 32 * (kk % 4).
+    auto issue_pv = [&](int stage) {
+      const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
+      sm90::wgmma_fence();
+      if constexpr (Config::kPInSmem) {
+        const uint32_t p_base = sm90::opaque_u32(p_addr);
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          sm90::Wgmma<Element, kHeadDimV>::template ss<1>(
+              o, sm90::kmajor_descriptor_at(p_base + (kk / 4) * 64 * 128 + (kk % 4) * 32),
+              sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128),
+                                                          1);
+      }
+      sm90::wgmma_commit();
+    };
+    // P of the tile just done in softmax, as the next P V reads it: from registers (packed A
+    // fragments) or written to this warpgroup's P tile. The previous P V has finished reading the
+    // tile (its wait is in softmax_tile); the barrier makes every warp's stores, fenced for the
+    // async proxy, visible to the warpgroup's next wgmma.
+    auto write_p = [&]() {
+      if constexpr (Config::kPInSmem) {
+        constexpr float kUnscaled[2] = {1.f, 1.f};
+        sm90::store_accumulators_sw128<Element, kBlockN, false>(p_addr, s, kUnscaled, warp, lane);
+        sm90::fence_async_shared();
+        sm90::named_barrier_sync_of<kPBarrier, 128>(consumer);
+      } else {
+        sm90::pack_fragments<Element>(p_frag, s);
+      }
+    };
+    // Keys past this sequence's end inside its last tile: with varlen (the next sequence's rows) or
+    // seqused_k (rows the caller did not fill) they are in bounds of the map, so the TMA loads real
+    // memory there. P is 0 for them, but 0 * NaN is NaN: the consumers clear those V rows (each
+    // 128-byte row of each column block; the swizzle permutes chunks within a row) before the stage
+    // is used. Dense without seqused_k needs nothing: the rows are out of bounds and zero-filled.
+    auto clear_v_tail = [&](int stage, int tile) {
+      const bool clear_tails = p.lens.cu_seqlens_k != nullptr || p.lens.seqused_k != nullptr;
+      const int first = sk - tile * kBlockN;  // first row of the stage past the sequence
+      if (!clear_tails || first >= kBlockN) return;
+      const uint32_t v = sm90::opaque_u32(v_addr + stage * Config::kVBytes) + first * 128;
+      const int bytes = (kBlockN - first) * 128;  // per column block, contiguous from row `first`
+#pragma unroll 1
+      for (int i = (int(threadIdx.x) - 128) * 16; i < kColumnBlocksV * bytes; i += int(kConsumerThreads) * 16) {
+        const int c = i / bytes;
+        sm90::st_shared_zero16(v + c * (kBlockN * 128) + (i - c * bytes));
+      }
+      sm90::fence_async_shared();  // the generic-proxy stores, before wgmma reads the stage
+      sm90::named_barrier_sync(kClearBarrier, kConsumerThreads);
+    };
+
+    // Logits, mask and online softmax of a tile's S, then `wait_pv` (the P V wgmmas in flight: in
+    // the loop, those of the previous tile). Two copies, masked and not, behind a uniform branch:
+    // with the mask test inside a single copy the compiler predicates the per-element compares into
+    // every tile. Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores a masked
+    // tile waits for them first, so that the mask's registers can reuse P's (else 192 x 128 tiles
+    // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows, since a
+    // wgmma wait inside the branch must be uniform over the warpgroup. A masked tile is one that a
+    // diagonal, a window edge or the last key crosses; the other warpgroups' GEMMs still run during
+    // its wait. General scores (whose logit stage keeps more values live) mask before a single wait
+    // after the branch, per warp of 16 rows: ptxas allocates that without spills.
+    auto softmax_tile = [&](int tile, auto wait_pv) {
+      const int key0 = tile * kBlockN;
+      scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
+      if constexpr (Config::kPInSmem) {
+        // Calls without causal or window limits only (the launch checks): the last key tile is the
+        // only masked one, the same for every row, and the mask needs no P V wait (no P registers
+        // to reuse): the general interval mask's registers spill these 192 x 192 tiles.
+        if (key0 + kBlockN > sk) mask_keys_past_end(s, at, key0, sk);
+        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        sm90::fence_accumulators(s);  // as below
+        wait_pv();
+      } else if constexpr (!Config::kGeneralScore) {
+        if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+          // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
+          // longer overlap the P V wgmmas.
+          sm90::fence_accumulators(s);
+          wait_pv();
+        } else {
+          wait_pv();
+          mask_scores<true>(s, p.mask, at, key0, sq, sk);
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        }
+      } else {
+        const int warp_row0 = wg_row0 + 16 * warp;
+        if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        } else {
+          mask_scores<false>(s, p.mask, at, key0, sq, sk);
+          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        }
+        sm90::fence_accumulators(s);  // as above
+        wait_pv();
+      }
+    };
+
+    // Ping-pong: the consumer warpgroups take turns issuing their wgmmas, in a ring (0, 1, .., 0),
+    // so one's softmax runs while another's GEMMs hold the tensor cores. A turn is one issue point
+    // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
+    // tiles. Consumer c waits on barrier kTurnBarrier + c and hands over to c + 1. Per work tile
+    // the last consumer opens consumer 0's first turn and skips its own last hand-over, so every
+    // arrival meets a sync. Barrier ids are constants (sm90::named_barrier_sync_of).
+    constexpr uint32_t kTurnThreads = 256;  // the warpgroup handing over + the one taking the turn
+    constexpr int kLastConsumer = Config::kConsumers - 1;
+    auto hand_over_to = [&](int next) { sm90::named_barrier_arrive_of<kTurnBarrier, kTurnThreads>(next); };
+    auto begin_turn = [&]() {
+      if constexpr (Config::kPingPong) sm90::named_barrier_sync_of<kTurnBarrier, kTurnThreads>(consumer);
+    };
+    auto end_turn = [&](bool last) {
+      if constexpr (Config::kPingPong) {
+        if (consumer != kLastConsumer) hand_over_to(consumer + 1);
+        else if (!last) hand_over_to(0);
+      }
+    };
+
+    if (tile_begin < tile_end) {
+      if (Config::kPingPong && consumer == kLastConsumer) hand_over_to(0);
+      // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
+      // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
+      // Ring states from counters (K use uses + i, V use uses + i - 1 for i = tile - tile_begin).
+      const State first = State::at(uses);
+      pipeline_k->consumer_wait(first);
+      begin_turn();
+      issue_qk(first.stage);
+      end_turn(false);
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(s);
+      release(&pipeline_k->empty[first.stage]);
+      softmax_tile(tile_begin, [] {});  // no P V yet; O is still 0: its rescale is moot
+      write_p();
+      for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
+        const uint32_t use = uses + uint32_t(tile - tile_begin);
+        const State k_state = State::at(use), v_state = State::at(use - 1);
+        pipeline_k->consumer_wait(k_state);
+        pipeline_v->consumer_wait(v_state);
+        clear_v_tail(v_state.stage, tile - 1);
+        begin_turn();
+        issue_qk(k_state.stage);
+        issue_pv(v_state.stage);
+        end_turn(false);
+        sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
+        sm90::fence_accumulators(s);
+        release(&pipeline_k->empty[k_state.stage]);
+        softmax_tile(tile, [&] {
+          sm90::wgmma_wait<0>();
+          sm90::fence_accumulators(o);
+        });
+        release(&pipeline_v->empty[v_state.stage]);
+        rescale_rows(o, rescale);
+        write_p();
+      }
+      // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
+      release_q();
+      const State v_state = State::at(uses + uint32_t(tile_end - tile_begin) - 1);
+      pipeline_v->consumer_wait(v_state);
+      clear_v_tail(v_state.stage, tile_end - 1);
+      begin_turn();
+      issue_pv(v_state.stage);
+      end_turn(true);
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(o);
+      release(&pipeline_v->empty[v_state.stage]);
+      uses += uint32_t(tile_end - tile_begin);
+    } else {
+      release_q();
+    }
+    ++done;
+
+    fwd_epilogue<Config>(maps, p, grid, sm, done, o, row_max, row_sum, at, sq, consumer, warp, lane, v_addr);
+  }
+}
+
+}  // namespace flashattn::fa3
