@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "common/kvcache_problem.h"
+#include "arch/sm80/math.cuh"
 #include "common/numeric.h"
 #include "common/cuda_status.h"
 #include "fa2/fa2_backend.h"
@@ -24,8 +25,9 @@ __global__ void combine_kernel(const CombineProblem c) {
   const int64_t h = warp % c.heads, i = (warp / c.heads) % c.seqlen, b = warp / (c.heads * c.seqlen);
 
   float max_lse = -INFINITY;
-  for (int64_t s = lane; s < c.splits; s += 32) max_lse = fmaxf(max_lse, c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)]);
-  for (int o = 16; o > 0; o /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+  // (a NaN LSE makes the row NaN, as the math does)
+  for (int64_t s = lane; s < c.splits; s += 32) max_lse = sm80::max_nan(max_lse, c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)]);
+  for (int o = 16; o > 0; o /= 2) max_lse = sm80::max_nan(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
   float sum = 0.f;
   if (max_lse != -INFINITY)
     for (int64_t s = lane; s < c.splits; s += 32) sum += expf(c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)] - max_lse);
@@ -36,8 +38,10 @@ __global__ void combine_kernel(const CombineProblem c) {
     float acc = 0.f;
     if (!empty)
       for (int64_t s = 0; s < c.splits; ++s) {
-        const float w = expf(c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)] - max_lse);
-        if (w != 0.f) acc += w * c.out_partial[c.out_partial_strides.offset(s, b, i, h) + x];
+        // Only a split that saw no key (LSE -inf) is skipped: one whose weight underflows still
+        // carries a NaN output into the row (0 * NaN), as the math does.
+        const float lse_s = c.lse_partial[c.lse_partial_strides.offset(s, b, i, h)];
+        if (lse_s != -INFINITY) acc += expf(lse_s - max_lse) * c.out_partial[c.out_partial_strides.offset(s, b, i, h) + x];
       }
     store_as(c.out, c.out_strides.offset(0, b, i, h) + x, c.out_dtype, empty ? 0.f : acc / sum);
   }

@@ -321,17 +321,18 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
       const int m = r / 2, e0 = 2 * (r % 2);
       float mx = -INFINITY;
 #pragma unroll
-      for (int t = 0; t < kNTilesS; ++t) mx = fmaxf(mx, fmaxf(s[m][t][e0], s[m][t][e0 + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      for (int t = 0; t < kNTilesS; ++t) mx = sm80::max_nan(mx, sm80::max_nan(s[m][t][e0], s[m][t][e0 + 1]));
+      mx = sm80::max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = sm80::max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       tile_max[r] = mx * exp_scale;  // -inf for a row with nothing visible in this tile
-      grow |= tile_max[r] > row_max[r] + kRescaleSlack;
+      // (written so that a NaN max moves too: NaN in, NaN out, not a row that saw nothing)
+      grow |= !(tile_max[r] <= row_max[r] + kRescaleSlack);
     }
     if (__any_sync(0xffffffffu, grow)) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const int m = r / 2, e0 = 2 * (r % 2);
-        const bool moves = tile_max[r] > row_max[r] + kRescaleSlack;
+        const bool moves = !(tile_max[r] <= row_max[r] + kRescaleSlack);
         // From -inf (nothing seen yet) the factor is 0, applied to a zero O and sum.
         const float rescale = moves ? sm80::fast_exp2(row_max[r] - tile_max[r]) : 1.f;
         row_max[r] = moves ? tile_max[r] : row_max[r];

@@ -97,10 +97,10 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
     float tile_max = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
-      if ((i % 4) / 2 == r) tile_max = fmaxf(tile_max, s[i]);
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float new_max = fmaxf(row_max[r], tile_max);
+      if ((i % 4) / 2 == r) tile_max = sm80::max_nan(tile_max, s[i]);
+    tile_max = sm80::max_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = sm80::max_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float new_max = sm80::max_nan(row_max[r], tile_max);  // NaN in, NaN out (not a row that saw nothing)
     // A row with nothing visible yet keeps max -inf; subtracting 0 keeps its exponentials at 0.
     const float max_scaled = new_max == -INFINITY ? 0.f : new_max * scale_log2;
     rescale[r] = sm80::fast_exp2(row_max[r] * scale_log2 - max_scaled);
