@@ -38,6 +38,12 @@ struct SeqLens {
   }
   // The cache position of key 0 of sequence b (rotary positions and appends count from 0).
   FA_HD int64_t k_first_position(int64_t b) const { return k_leftpad != nullptr ? int64_t(k_leftpad[b]) : 0; }
+  // At least every sequence's query and key count, from what the host knows (max lengths, rows of
+  // q and k, a cache's capacity plus the keys appended to it).
+  FA_HD int64_t host_bound() const {
+    const int64_t a = seqlen_q > seqlen_k ? seqlen_q : seqlen_k, c = total_q > total_k ? total_q : total_k;
+    return (a > c ? a : c) + seqlen_k_added;
+  }
 };
 
 struct AttnProblem {
@@ -75,6 +81,16 @@ struct AttnProblem {
   // is taken on raw scores, which order like the logits only when scale > 0.
   FA_HD bool plain_forward_scores() const { return !score_modifiers() && score.scale > 0.f; }
 };
+
+// Kernels that form row +- window in 32 bits take windows narrowed by clamp_windows to the host's
+// bound of the sequence lengths (the same keys stay visible): false when that bound reaches 2^30,
+// where even the narrowed sums could overflow.
+inline bool clamp_windows_32(AttnProblem* p) {
+  const int64_t bound = p->lens.host_bound();
+  if (bound >= (int64_t(1) << 30)) return false;
+  p->mask = clamp_windows(p->mask, bound, bound);
+  return true;
+}
 
 // Backward adds dout and the gradients; out, lse and the options are those of the forward.
 struct BwdProblem {

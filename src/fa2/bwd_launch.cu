@@ -91,6 +91,8 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
 
   BwdArgs args;
   args.problem = problem;
+  if (!clamp_windows_32(&args.problem.fwd))
+    return unsupported("q", "the fa2 backward takes sequences below 2^30 rows and keys");
   args.deterministic = problem.deterministic;
   args.rotate_rows = bwd_tuning().rotate_rows;
   args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale

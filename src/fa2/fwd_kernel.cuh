@@ -80,6 +80,13 @@ struct FwdConfig {
 
 };
 
+// Whether a row's running max takes this tile's max: when it passes the running max by more than
+// the slack, and when it is NaN (NaN in, NaN out). A NaN running max stays, also against a tile the
+// row cannot see (-inf): resetting it would report a row that saw nothing, out 0 and LSE -inf.
+__device__ __forceinline__ bool moves_row_max(float tile_max, float row_max, float slack) {
+  return tile_max > row_max + slack || tile_max != tile_max;
+}
+
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
   using Element = typename Config::Element;
@@ -325,14 +332,13 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
       mx = sm80::max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = sm80::max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       tile_max[r] = mx * exp_scale;  // -inf for a row with nothing visible in this tile
-      // (written so that a NaN max moves too: NaN in, NaN out, not a row that saw nothing)
-      grow |= !(tile_max[r] <= row_max[r] + kRescaleSlack);
+      grow |= moves_row_max(tile_max[r], row_max[r], kRescaleSlack);
     }
     if (__any_sync(0xffffffffu, grow)) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const int m = r / 2, e0 = 2 * (r % 2);
-        const bool moves = !(tile_max[r] <= row_max[r] + kRescaleSlack);
+        const bool moves = moves_row_max(tile_max[r], row_max[r], kRescaleSlack);
         // From -inf (nothing seen yet) the factor is 0, applied to a zero O and sum.
         const float rescale = moves ? sm80::fast_exp2(row_max[r] - tile_max[r]) : 1.f;
         row_max[r] = moves ? tile_max[r] : row_max[r];

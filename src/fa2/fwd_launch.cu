@@ -147,7 +147,9 @@ Status dispatch_dropout(const AttnProblem& p, cudaStream_t stream) {
 Status fwd(const AttnProblem& problem, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   // Decoding with GQA: each KV tile is read once for all the query heads that share it.
-  const AttnProblem p = can_pack_gqa_rows(problem) ? pack_gqa_rows(problem) : problem;
+  AttnProblem p = can_pack_gqa_rows(problem) ? pack_gqa_rows(problem) : problem;
+  if (!clamp_windows_32(&p))
+    return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: sequences of 2^30 rows or keys and more");
   switch (p.dtype) {
     case DType::F16: return dispatch_dropout<__half>(p, s);
     case DType::BF16: return dispatch_dropout<__nv_bfloat16>(p, s);

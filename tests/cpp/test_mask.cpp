@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/mask.h"
+#include "common/problem.h"
 
 namespace flashattn::test {
 namespace {
@@ -100,6 +101,32 @@ TEST(MaskWindows, ThirtyTwoBitRowsOfAKeyMatchVisibleRowsOnLongSequences) {
       }
     }
   }
+}
+
+// The FA2 launchers' narrowing: windows past the host's bound of every sequence length (max lengths,
+// rows of q and k, a cache's capacity plus appended keys) shrink to it, smaller ones stay, and the
+// kernels' 32-bit row +- window of the narrowed windows cannot overflow; lengths from 2^30 on are
+// refused.
+TEST(MaskWindows, ClampToTheHostBoundOfTheLengths) {
+  AttnProblem p;
+  p.lens.seqlen_q = 5;
+  p.lens.seqlen_k = 90;
+  p.lens.total_q = 40;  // varlen: q's rows bound the sequences the max lengths might not
+  p.lens.total_k = 300;
+  p.lens.seqlen_k_added = 3;
+  EXPECT_EQ(p.lens.host_bound(), 303);
+  for (int left : kWindows)
+    for (int right : kWindows) {
+      AttnProblem c = p;
+      c.mask = MaskParams{left, right};
+      ASSERT_TRUE(clamp_windows_32(&c));
+      EXPECT_EQ(c.mask.window_left, left > 303 ? 303 : left);
+      EXPECT_EQ(c.mask.window_right, right > 303 ? 303 : right);
+      // row + sk - sq + right + 1 and row + sk - sq - left for rows and keys within the bound
+      EXPECT_LT(int64_t(303) + 303 + c.mask.window_right + 1, int64_t(INT_MAX));
+    }
+  p.lens.total_k = int64_t(1) << 30;
+  EXPECT_FALSE(clamp_windows_32(&p));
 }
 
 }  // namespace

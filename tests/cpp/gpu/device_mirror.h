@@ -93,6 +93,7 @@ inline Status kvcache_on_device(const KvCacheParams& host) {
   d.v_cache = m.inout(host.v_cache);
   d.k_new = m.upload(host.k_new);
   d.v_new = m.upload(host.v_new);
+  d.cu_seqlens_q = m.upload(host.cu_seqlens_q);
   d.cache_seqlens = m.upload(host.cache_seqlens);
   d.cache_batch_idx = m.upload(host.cache_batch_idx);
   d.cache_leftpad = m.upload(host.cache_leftpad);
