@@ -26,7 +26,11 @@ struct TileThreads {
 // Copies rows [row0, row0 + kRows) of (b, head) into shared memory (row stride kRowStride);
 // rows past `rows_valid` and columns past `dim` are zero-filled (TileThreads: which thread copies
 // what), so dense and varlen layouts need one address computation per thread and tile; paged
-// caches look each row's page up.
+// caches look each row's page up (load_paged_tile_async).
+template <typename Config, int kRows>
+__device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
+                                                      int64_t rows_valid, int dim, typename Config::Element* smem);
+
 template <typename Config, int kRows>
 __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                 int64_t rows_valid, int dim, typename Config::Element* smem) {
@@ -52,14 +56,42 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
                         valid);
     }
   } else {
-#pragma unroll 1
-    for (int i = 0; i < kSteps; ++i) {
-      if (!in_tile(i)) break;
-      const int r = first_row + i * kRowStep;
-      const bool valid = col_valid && r < rows_valid;
-      sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)),
-                        valid ? base + view.offset(b, row0 + r, head) + col : base, valid);
-    }
+    load_paged_tile_async<Config, kRows>(view, b, head, row0, rows_valid, dim, smem);
+  }
+}
+
+// The paged form of load_tile_async (view.block_table set): the block-table reads of all of a
+// thread's rows are issued together, before any copy needs one, so a tile waits on the table
+// (small, in L2) about once instead of once per row; positions and pages in 32 bits (a cache's
+// capacity fits int32, validated) spare the 64-bit divisions. The view's fields stay in the kernel
+// parameter space: no registers held across the key loop.
+template <typename Config, int kRows>
+__device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
+                                                      int64_t rows_valid, int dim, typename Config::Element* smem) {
+  using Element = typename Config::Element;
+  using Threads = TileThreads<Config, kRows>;
+  constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
+  constexpr bool kExact = Threads::kExact;
+  const Element* base = static_cast<const Element*>(view.data);
+  const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+  if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
+  const int page_size = int(view.page_size);
+  const int32_t* pages = view.block_table + b * view.block_table_stride;
+  const int first = int(row0) + first_row + (view.row_offset != nullptr ? view.row_offset[b] : 0);
+  const int rows_left = int(rows_valid < kRows ? rows_valid : kRows) - first_row;  // rows i * kRowStep < rows_left
+  int page[kSteps];
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) page[i] = i * kRowStep < rows_left ? pages[(first + i * kRowStep) / page_size] : 0;
+  const Element* head_rows = base + head * view.head_stride + col;
+  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    if (!kExact && first_row + i * kRowStep >= kRows) break;
+    const int position = first + i * kRowStep;
+    const bool valid = col < dim && i * kRowStep < rows_left;
+    const Element* src = head_rows + int64_t(page[i]) * view.batch_stride + int64_t(position % page_size) * view.row_stride;
+    sm80::cp_async_16(dst + i * kDstStep, valid ? src : base, valid);
   }
 }
 
