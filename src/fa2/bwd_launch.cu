@@ -6,6 +6,7 @@
 
 #include "common/env.h"
 #include "cuda/bwd_row_stats.cuh"
+#include "cuda/unused_key_grads.h"
 #include "fa2/bwd_main.cuh"
 #include "fa2/fa2_backend.h"
 
@@ -120,6 +121,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   FLASHATTN_CUDA_CHECK("fa2 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + counter_bytes, stream));
   const Status st = p.dtype == DType::F16 ? run_kernels<__half>(args, stream) : run_kernels<__nv_bfloat16>(args, stream);
   if (!st.ok()) return st;
+  if (Status zeroed = zero_unused_key_grads(problem, stream); !zeroed.ok()) return zeroed;
   return workspace.free("fa2 bwd: freeing the workspace");
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/cuda_status.h"
 #include "cuda/bwd_row_stats.cuh"
+#include "cuda/unused_key_grads.h"
 #include "fa3/bwd_dq_layout.h"
 #include "fa3/bwd_launch.cuh"
 #include "fa3/fa3_backend.h"
@@ -155,6 +156,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   FLASHATTN_CUDA_CHECK("fa3 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + semaphore_bytes, stream));
   const Status st = p.dtype == DType::F16 ? run_kernels<__half>(args, plan, stream) : run_kernels<__nv_bfloat16>(args, plan, stream);
   if (!st.ok()) return st;
+  if (Status zeroed = zero_unused_key_grads(problem, stream); !zeroed.ok()) return zeroed;
   return workspace.free("fa3 bwd: freeing the workspace");
 }
 

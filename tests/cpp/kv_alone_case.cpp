@@ -128,6 +128,8 @@ void check_kv_alone_case(const KvAloneCase& c, Backend backend, const KvRunner& 
   params.k_new = k_new.view();
   params.v_new = v_new.view();
   params.cu_seqlens_q = cu_q.view();
+  // (a GPU call cannot read cu_seqlens_q's contents on the host: it needs the longest sequence)
+  if (varlen) params.max_seqlen_q = *std::max_element(c.varlen_q.begin(), c.varlen_q.end());
   params.cache_seqlens = cache_seqlens.view();
   params.cache_leftpad = c.leftpad ? leftpad.view() : TensorView{};
   params.block_table = block_table.view();
