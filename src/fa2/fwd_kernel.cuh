@@ -64,6 +64,8 @@ struct FwdConfig {
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
+  // Added at launch for paged K/V with two stages: the staged pages of two tiles (the kernel).
+  static constexpr int kPagesSmemBytes = kStages == 2 ? 2 * kBlockN * int(sizeof(int32_t)) : 0;
   // CTAs of 128 threads per SM that shared memory allows at best on the architecture being
   // compiled (1 KB reserved per CTA). At 1 or 2 the launch bounds say so, and ptxas does not squeeze
   // registers (spilling) for a third CTA that could never be resident; 0 leaves ptxas its choice.
@@ -97,6 +99,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
   Element* smem_q = reinterpret_cast<Element*>(smem_raw);
   Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]
   Element* smem_v = smem_k + Config::kStages * Config::kSmemKV;
+  // Paged calls of two-stage kernels: the page of each row of the next two K/V tiles, [tile & 1][row]
+  // (kPagesSmemBytes more shared memory, given at launch only to paged calls).
+  int32_t* smem_pages = reinterpret_cast<int32_t*>(smem_v + Config::kStages * Config::kSmemKV);
 
   // blockIdx.x = row block * splits + split; without split-KV there is one split.
   const int64_t b = blockIdx.z, h = blockIdx.y;
@@ -178,10 +183,35 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
     else v_loader.load(key0, sk - key0, v_dst);
   };
 
+  // Two stages over a paged cache: each tile's pages are staged in shared memory before the wait on
+  // the tile in flight (the table's latency overlaps it), and K and V share them (the launcher
+  // checks that they share the block table, page size and left padding).
+  const int first_position = kv_paged && p.k.row_offset != nullptr ? p.k.row_offset[b] : 0;
+  const auto stage_pages = [&](int tile) {
+    const int key0 = tile * kBlockN, page_size = int(p.k.page_size);
+    const int32_t* table = p.k.block_table + b * p.k.block_table_stride;
+    for (int r = threadIdx.x; r < kBlockN; r += Config::kThreads)
+      smem_pages[(tile & 1) * kBlockN + r] = key0 + r < sk ? table[(first_position + key0 + r) / page_size] : 0;
+  };
+  const auto load_staged_kv = [&](int tile, int stage) {
+    const int key0 = tile * kBlockN;
+    const int32_t* pages = smem_pages + (tile & 1) * kBlockN;
+    copy_staged_paged_tile_async<Config, kBlockN>(p.k, hk, pages, first_position + key0, sk - key0, int(p.head_dim),
+                                                  smem_k + stage * Config::kSmemKV);
+    copy_staged_paged_tile_async<Config, kBlockN>(p.v, hk, pages, first_position + key0, sk - key0, int(p.head_dim_v),
+                                                  smem_v + stage * Config::kSmemKV);
+  };
+
   if (tile_begin < tile_end) {
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
-    load_k(tile_begin, 0);
-    if constexpr (Config::kStages == 2) load_v(tile_begin, 0);
+    if (Config::kStages == 2 && kv_paged) {
+      stage_pages(tile_begin);
+      __syncthreads();
+      load_staged_kv(tile_begin, 0);
+    } else {
+      load_k(tile_begin, 0);
+      if constexpr (Config::kStages == 2) load_v(tile_begin, 0);
+    }
     sm80::cp_async_commit();
   }
 
@@ -194,12 +224,19 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
     // both versions overlap the next tile's loads with this tile's math.) One stage: the barrier
     // publishes this tile's K and frees V (every warp's previous P V is done), which then loads
     // during S = Q K^T.
+    // (Pages of tile + 1 go to the half of smem_pages that tile - 1 used: every thread issued
+    // tile's copies, which read the other half, before the barrier below.)
+    if (Config::kStages == 2 && kv_paged && tile + 1 < tile_end) stage_pages(tile + 1);
     sm80::cp_async_wait<0>();
     __syncthreads();
     if constexpr (Config::kStages == 2) {
       if (tile + 1 < tile_end) {
-        load_k(tile + 1, stage ^ 1);
-        load_v(tile + 1, stage ^ 1);
+        if (kv_paged) {
+          load_staged_kv(tile + 1, stage ^ 1);
+        } else {
+          load_k(tile + 1, stage ^ 1);
+          load_v(tile + 1, stage ^ 1);
+        }
         sm80::cp_async_commit();
       }
     } else {

@@ -23,13 +23,15 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Config>;
   DeviceLimits limits;
   if (Status st = device_limits(&limits, "fa2 fwd: reading the device"); !st.ok()) return st;
-  if (Config::kSmemBytes > limits.smem_optin)
+  const bool paged = p.k.block_table != nullptr;
+  const int smem_bytes = Config::kSmemBytes + (paged ? Config::kPagesSmemBytes : 0);
+  if (smem_bytes > limits.smem_optin)
     return Status::error(ErrorCode::Unsupported, "q",
                          "fa2 fwd: head dim " + std::to_string(p.head_dim) + " needs " +
-                             std::to_string(Config::kSmemBytes) + " bytes of shared memory per block, the GPU has " +
+                             std::to_string(smem_bytes) + " bytes of shared memory per block, the GPU has " +
                              std::to_string(limits.smem_optin));
   FLASHATTN_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
-                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
+                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (p.heads_q > 65535 || p.batch > 65535)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: more than 65535 heads or sequences per call");
@@ -39,7 +41,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
     int resident = 1;
     FLASHATTN_CUDA_CHECK("fa2 fwd: reading the occupancy",
                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, Config::kThreads,
-                                                                       Config::kSmemBytes));
+                                                                       smem_bytes));
     splits = choose_fwd_splits({row_blocks * p.heads_q * p.batch, p.lens.seqlen_k, Config::kBlockN,
                                 limits.multiprocessors, resident});
   }
@@ -58,7 +60,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
     ws.out_partial = buffer.as<float>();
     ws.lse_partial = ws.out_partial + out_elems;
   }
-  kernel<<<grid, Config::kThreads, Config::kSmemBytes, stream>>>(p, ws);
+  kernel<<<grid, Config::kThreads, smem_bytes, stream>>>(p, ws);
   FLASHATTN_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
   if (splits > 1) return combine(split_combine_problem(p, ws), stream);
   return {};
@@ -148,6 +150,10 @@ Status fwd(const AttnProblem& problem, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   // Decoding with GQA: each KV tile is read once for all the query heads that share it.
   AttnProblem p = can_pack_gqa_rows(problem) ? pack_gqa_rows(problem) : problem;
+  if ((p.k.block_table != nullptr || p.v.block_table != nullptr) &&
+      (p.k.block_table != p.v.block_table || p.k.block_table_stride != p.v.block_table_stride ||
+       p.k.page_size != p.v.page_size || p.k.row_offset != p.v.row_offset))
+    return Status::error(ErrorCode::Unsupported, "block_table", "fa2 fwd: k and v must share one block table");  // (fwd_kernel.cuh)
   if (!clamp_windows_32(&p))
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: sequences of 2^30 rows or keys and more");
   switch (p.dtype) {

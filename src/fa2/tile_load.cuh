@@ -95,6 +95,35 @@ __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int6
   }
 }
 
+// The copies of one paged tile whose rows' pages a kernel staged in shared memory beforehand
+// (tile_pages[r]: the page of row r; first_position: the cache position of row 0): the table reads
+// then happen before the kernel waits on the tile in flight, overlapping that wait, and K and V
+// share them. Rows from rows_valid on and columns past `dim` are zero-filled.
+template <typename Config, int kRows>
+__device__ __forceinline__ void copy_staged_paged_tile_async(const RowsView& view, int64_t head, const int32_t* tile_pages,
+                                                             int first_position, int rows_valid, int dim,
+                                                             typename Config::Element* smem) {
+  using Element = typename Config::Element;
+  using Threads = TileThreads<Config, kRows>;
+  constexpr int kRowStep = Threads::kRowStep;
+  const int first_row = threadIdx.x / Threads::kChunksPerRow, col = (threadIdx.x % Threads::kChunksPerRow) * 8;
+  if (!Threads::kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
+  const Element* base = static_cast<const Element*>(view.data);
+  const Element* head_rows = base + head * view.head_stride + col;
+  const int page_size = int(view.page_size);
+  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+#pragma unroll 1  // a rolled loop keeps addresses out of the registers the MMAs need
+  for (int i = 0; i < Threads::kSteps; ++i) {
+    const int r = first_row + i * kRowStep;
+    if (!Threads::kExact && r >= kRows) break;
+    const bool valid = col < dim && r < rows_valid;
+    const Element* src =
+        head_rows + int64_t(tile_pages[r]) * view.batch_stride + int64_t((first_position + r) % page_size) * view.row_stride;
+    sm80::cp_async_16(dst + i * kDstStep, valid ? src : base, valid);
+  }
+}
+
 // The tiles of one (sequence, head) whose rows are equally spaced in memory: dense, varlen and
 // batch-indexed layouts, not paged caches. The address of row 0 is derived once per CTA (it is
 // the same for every thread, so it needs no per-thread registers in the key loop); a tile then
