@@ -23,7 +23,7 @@ from ._errors import (  # noqa: E402
     UnsupportedError,
     raise_for_status,
 )
-from .fp8 import quantize_fp8  # noqa: E402
+from .fp8 import incoherent_qk, incoherent_rotation, quantize_fp8  # noqa: E402
 from .interface import (  # noqa: E402
     flash_attn_combine,
     flash_attn_func,
@@ -64,5 +64,5 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache",
     "flash_attn_combine", "FlashAttnError", "ArgumentError", "ArgumentTypeError", "DTypeError", "UnsupportedError",
     "CudaError", "InternalError", "device_info", "library_version", "set_cpu_threads", "cpu_threads", "quantize_fp8",
-    "__version__",
+    "incoherent_qk", "incoherent_rotation", "__version__",
 ]

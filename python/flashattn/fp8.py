@@ -7,10 +7,18 @@
     v8, vd = quantize_fp8(v)
     out = flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)   # bfloat16
 
+Outlier channels (a few dimensions of q and k much larger than the rest) make one factor per head
+coarse for every other channel. ``incoherent_qk`` applies FlashAttention-3's remedy first: one
+random orthogonal rotation R of the head dimension on both q and k (q R (k R)^T = q k^T, so the
+attention is unchanged) spreads the outliers over all channels before quantisation::
+
+    q, k = incoherent_qk(q, k)           # then quantize_fp8 as above
+
 Torch only: numpy has no fp8 dtype.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Tuple
 
 from . import _args
@@ -81,3 +89,56 @@ def _descale_of(amax: Any) -> Any:
     import torch
 
     return torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+
+
+def incoherent_rotation(head_dim: int, *, seed: int = 0, device: Any = None) -> Any:
+    """A random orthogonal (head_dim, head_dim) float32 matrix for ``incoherent_qk``: a randomised
+    Hadamard transform, diag(random signs) @ H / sqrt(n), on each block of a split of head_dim into
+    powers of two (a whole Hadamard matrix when head_dim is one; e.g. 96 = 64 + 32), the blocks in a
+    random order of the channels. Orthogonal to float32 rounding; the same seed gives the same
+    matrix."""
+    import torch
+
+    n = _args.integer(head_dim, "head_dim", 1)
+    seed = _args.integer(seed, "seed", 0)
+    g = torch.Generator().manual_seed(seed)
+    rotation = torch.zeros((n, n), dtype=torch.float64)
+    start, remaining = 0, n
+    while remaining > 0:
+        size = 1 << (remaining.bit_length() - 1)  # the largest power of two left
+        hadamard = torch.ones((1, 1), dtype=torch.float64)
+        while hadamard.shape[0] < size:  # Sylvester's construction
+            hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+        signs = torch.randint(0, 2, (size,), generator=g, dtype=torch.float64) * 2 - 1
+        rotation[start:start + size, start:start + size] = signs[:, None] * hadamard / math.sqrt(size)
+        start, remaining = start + size, remaining - size
+    # A random permutation of the channels mixes the blocks' boundaries into every block's share.
+    permutation = torch.randperm(n, generator=g)
+    return rotation[permutation].to(dtype=torch.float32, device=device)
+
+
+def incoherent_qk(q: Any, k: Any, *, seed: int = 0, rotation: Any = None) -> Tuple[Any, Any]:
+    """(q @ R, k @ R) in q's and k's dtypes, with R = ``incoherent_rotation(headdim, seed=seed)``
+    (or ``rotation``, a (headdim, headdim) orthogonal matrix). Attention over the rotated q and k
+    equals attention over q and k (q R (k R)^T = q k^T; softmax_scale, masks, softcap and ALiBi act
+    on those products and positions alone), but channels that stood out in q or k are spread over
+    all channels, so per-head fp8 factors lose less of the others. Quantise the results with
+    ``quantize_fp8``; v stays as it is. q: (..., headdim), k: (..., headdim), torch tensors."""
+    _args.tensor(q, "q", "torch")
+    _args.tensor(k, "k", "torch")
+    import torch
+
+    d = int(q.shape[-1])
+    _args.dim(k, "k", -1, d, "the head_dim of q")
+    for name, x in (("q", q), ("k", k)):
+        if x.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            raise DTypeError(f"argument '{name}': dtype must be float32, float16, bfloat16 or float64 (rotate "
+                             f"before quantising), got {x.dtype}", name, "invalid_argument")
+    if rotation is None:
+        rotation = incoherent_rotation(d, seed=seed, device=q.device)
+    else:
+        _args.tensor(rotation, "rotation", "torch")
+        if tuple(rotation.shape) != (d, d):
+            raise _args.value_error("rotation", f"must be ({d}, {d}) (head_dim of q)", str(tuple(rotation.shape)))
+    r = rotation.to(device=q.device, dtype=torch.float32)
+    return (q.float() @ r).to(q.dtype), (k.float() @ r.to(k.device)).to(k.dtype)
