@@ -1,7 +1,8 @@
 // From the public parameters to the normalised problems the backends run: every rule of the API
 // is checked (see rules.h) before anything is filled in, so a backend can trust what it gets.
 // Content checks (cu_seqlens, cache_seqlens, block tables, ...) read host tensors only; for CUDA
-// tensors they are skipped and the kernels clamp.
+// tensors they are skipped, and their contents must keep the rules: the kernels do not clamp them
+// (garbage can fault, as tools/gpu/fuzz.sh's garbage-contents run shows), as in flash_attn.
 #pragma once
 
 #include "common/kvcache_problem.h"

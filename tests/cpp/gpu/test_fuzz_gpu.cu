@@ -230,8 +230,9 @@ TEST(Fa3FuzzInvalid, BackwardRefusesBrokenCalls) {
 
 // ---------------------------------------------------------------------------------------------
 // Garbage in CUDA index tensors (cu_seqlens, seqused_k, cache_seqlens, block tables,
-// cache_batch_idx): validation cannot read them, and validate.h says the kernels clamp. Such a
-// call may answer anything but must not fault: the device stays usable. Opt-in with
+// cache_batch_idx): validation cannot read them. The goal: such a call may answer anything but
+// must not fault, so the device stays usable. Not met yet: the kernels do not clamp these contents
+// (validate.h), and this run has seen an FA2 call fault. Opt-in with
 // FLASHATTN_FUZZ_CONTENTS=1 (a fault poisons the process's CUDA context for every later test);
 // tools/gpu/fuzz.sh runs it, also under compute-sanitizer memcheck, which sees reads out of
 // bounds that do not fault.
