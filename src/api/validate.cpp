@@ -323,6 +323,7 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   lens.total_q = varlen ? rows_q : batch * rows_q;
   lens.cu_seqlens_k = varlen ? int_pointer(cu_k) : nullptr;
   lens.total_k = paged ? 0 : varlen ? rows_k : batch * rows_k;
+  lens.k_capacity = paged ? rows_k : 0;
   lens.seqused_k = int_pointer(seqused);
   if (varlen) {
     FA_CHECK(check_cu_seqlens_contents(cu_q, "cu_seqlens_q", batch, rows_q, "rows of q (total_q)"));

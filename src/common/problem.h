@@ -38,11 +38,18 @@ struct SeqLens {
   }
   // The cache position of key 0 of sequence b (rotary positions and appends count from 0).
   FA_HD int64_t k_first_position(int64_t b) const { return k_leftpad != nullptr ? int64_t(k_leftpad[b]) : 0; }
-  // At least every sequence's query and key count, from what the host knows (max lengths, rows of
-  // q and k, a cache's capacity plus the keys appended to it).
+  int64_t k_capacity = 0;  // paged (not a KV cache): the rows a sequence's block table covers
+
+  // At least every sequence's query and key count, from what the host knows without trusting a
+  // caller's max_seqlen for CUDA cu_seqlens: dense lengths; with cu_seqlens also the rows of q or
+  // k; a paged sequence's block-table capacity; a cache's capacity plus the keys appended to it.
   FA_HD int64_t host_bound() const {
-    const int64_t a = seqlen_q > seqlen_k ? seqlen_q : seqlen_k, c = total_q > total_k ? total_q : total_k;
-    return (a > c ? a : c) + seqlen_k_added;
+    int64_t q = seqlen_q, k = seqlen_k;
+    if (cu_seqlens_q != nullptr && total_q > q) q = total_q;
+    if (cu_seqlens_k != nullptr && total_k > k) k = total_k;
+    if (k_capacity > k) k = k_capacity;
+    k += seqlen_k_added;
+    return q > k ? q : k;
   }
 };
 
@@ -83,9 +90,10 @@ struct AttnProblem {
 };
 
 // Kernels that form row +- window in 32 bits take windows narrowed by clamp_windows to the host's
-// bound of the sequence lengths (the same keys stay visible): false when that bound reaches 2^30,
-// where even the narrowed sums could overflow.
+// bound of the sequence lengths (the same keys stay visible): false when a window is set and that
+// bound reaches 2^30, where even the narrowed sums could overflow.
 inline bool clamp_windows_32(AttnProblem* p) {
+  if (!p->mask.limits_keys()) return true;
   const int64_t bound = p->lens.host_bound();
   if (bound >= (int64_t(1) << 30)) return false;
   p->mask = clamp_windows(p->mask, bound, bound);

@@ -90,7 +90,8 @@ __device__ __forceinline__ bool moves_row_max(float tile_max, float row_max, flo
 }
 
 template <typename Config>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws) {
+__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
+    fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws, const bool stage_pages) {
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
   constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
@@ -99,8 +100,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
   Element* smem_q = reinterpret_cast<Element*>(smem_raw);
   Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]
   Element* smem_v = smem_k + Config::kStages * Config::kSmemKV;
-  // Paged calls of two-stage kernels: the page of each row of the next two K/V tiles, [tile & 1][row]
-  // (kPagesSmemBytes more shared memory, given at launch only to paged calls).
+  // Paged calls of two-stage kernels where the launcher had the shared memory (stage_pages): the page
+  // of each row of the next two K/V tiles, [tile & 1][row] (kPagesSmemBytes past the K/V stages).
   int32_t* smem_pages = reinterpret_cast<int32_t*>(smem_v + Config::kStages * Config::kSmemKV);
 
   // blockIdx.x = row block * splits + split; without split-KV there is one split.
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
   // the tile in flight (the table's latency overlaps it), and K and V share them (the launcher
   // checks that they share the block table, page size and left padding).
   const int first_position = kv_paged && p.k.row_offset != nullptr ? p.k.row_offset[b] : 0;
-  const auto stage_pages = [&](int tile) {
+  const auto stage_tile_pages = [&](int tile) {
     const int key0 = tile * kBlockN, page_size = int(p.k.page_size);
     const int32_t* table = p.k.block_table + b * p.k.block_table_stride;
     for (int r = threadIdx.x; r < kBlockN; r += Config::kThreads)
@@ -204,8 +205,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
 
   if (tile_begin < tile_end) {
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
-    if (Config::kStages == 2 && kv_paged) {
-      stage_pages(tile_begin);
+    if (Config::kStages == 2 && stage_pages) {
+      stage_tile_pages(tile_begin);
       __syncthreads();
       load_staged_kv(tile_begin, 0);
     } else {
@@ -226,12 +227,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks) fwd_kern
     // during S = Q K^T.
     // (Pages of tile + 1 go to the half of smem_pages that tile - 1 used: every thread issued
     // tile's copies, which read the other half, before the barrier below.)
-    if (Config::kStages == 2 && kv_paged && tile + 1 < tile_end) stage_pages(tile + 1);
+    if (Config::kStages == 2 && stage_pages && tile + 1 < tile_end) stage_tile_pages(tile + 1);
     sm80::cp_async_wait<0>();
     __syncthreads();
     if constexpr (Config::kStages == 2) {
       if (tile + 1 < tile_end) {
-        if (kv_paged) {
+        if (stage_pages) {
           load_staged_kv(tile + 1, stage ^ 1);
         } else {
           load_k(tile + 1, stage ^ 1);

@@ -23,15 +23,20 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
   auto kernel = fwd_kernel<Config>;
   DeviceLimits limits;
   if (Status st = device_limits(&limits, "fa2 fwd: reading the device"); !st.ok()) return st;
-  const bool paged = p.k.block_table != nullptr;
-  const int smem_bytes = Config::kSmemBytes + (paged ? Config::kPagesSmemBytes : 0);
-  if (smem_bytes > limits.smem_optin)
+  if (Config::kSmemBytes > limits.smem_optin)
     return Status::error(ErrorCode::Unsupported, "q",
                          "fa2 fwd: head dim " + std::to_string(p.head_dim) + " needs " +
-                             std::to_string(smem_bytes) + " bytes of shared memory per block, the GPU has " +
+                             std::to_string(Config::kSmemBytes) + " bytes of shared memory per block, the GPU has " +
                              std::to_string(limits.smem_optin));
+  // Paged calls stage their pages in shared memory where the GPU has the bytes for it (else each
+  // thread reads the table itself, fwd_kernel.cuh). The kernel's limit is the same for every call
+  // on a device, so calls from several threads never race on it.
+  const bool pages_fit = Config::kSmemBytes + Config::kPagesSmemBytes <= limits.smem_optin;
+  const bool stage_pages = p.k.block_table != nullptr && Config::kPagesSmemBytes > 0 && pages_fit;
+  const int smem_bytes = Config::kSmemBytes + (stage_pages ? Config::kPagesSmemBytes : 0);
   FLASHATTN_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
-                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Config::kSmemBytes + (pages_fit ? Config::kPagesSmemBytes : 0)));
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (p.heads_q > 65535 || p.batch > 65535)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: more than 65535 heads or sequences per call");
@@ -60,7 +65,7 @@ Status launch(const AttnProblem& p, cudaStream_t stream) {
     ws.out_partial = buffer.as<float>();
     ws.lse_partial = ws.out_partial + out_elems;
   }
-  kernel<<<grid, Config::kThreads, smem_bytes, stream>>>(p, ws);
+  kernel<<<grid, Config::kThreads, smem_bytes, stream>>>(p, ws, stage_pages);
   FLASHATTN_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
   if (splits > 1) return combine(split_combine_problem(p, ws), stream);
   return {};
@@ -105,7 +110,12 @@ Status dispatch_head_dim(const AttnProblem& p, cudaStream_t stream) {
     if (variant < 0 && p.lens.seqlen_q <= 16) {
       if (dim <= 64) return launch<FwdConfig<Element, 64, 64, 64, 4, false, false>>(p, stream);
       if (dim <= 128) return launch<FwdConfig<Element, 128, 64, 64, 4, false, false>>(p, stream);
-      return launch<FwdConfig<Element, 256, 64, 64, 4, false, false>>(p, stream);
+      // d256 with two 64-key stages needs 165 KB: more than sm80's and sm86's opt-in, where the
+      // dense tiles below take the call.
+      using DecodeD256 = FwdConfig<Element, 256, 64, 64, 4, false, false>;
+      DeviceLimits limits;
+      if (Status st = device_limits(&limits, "fa2 fwd: reading the device"); !st.ok()) return st;
+      if (DecodeD256::kSmemBytes <= limits.smem_optin) return launch<DecodeD256>(p, stream);
     }
     if (variant == 1) {
       if (dim <= 64) return launch<FwdConfig<Element, 64, 128, 64, 8, false, false>>(p, stream);

@@ -103,29 +103,42 @@ TEST(MaskWindows, ThirtyTwoBitRowsOfAKeyMatchVisibleRowsOnLongSequences) {
   }
 }
 
-// The FA2 launchers' narrowing: windows past the host's bound of every sequence length (max lengths,
-// rows of q and k, a cache's capacity plus appended keys) shrink to it, smaller ones stay, and the
-// kernels' 32-bit row +- window of the narrowed windows cannot overflow; lengths from 2^30 on are
-// refused.
+// The FA2 launchers' narrowing: windows past the host's bound of every sequence length shrink to
+// it, smaller ones stay, and the kernels' 32-bit row +- window of the narrowed windows cannot
+// overflow. The bound trusts no max_seqlen of CUDA cu_seqlens (q's and k's rows count too), takes a
+// paged sequence's block-table capacity and a cache's appended keys; lengths from 2^30 on are
+// refused only when a window needs narrowing.
 TEST(MaskWindows, ClampToTheHostBoundOfTheLengths) {
+  const int32_t offsets[2] = {0, 0};  // only their presence matters to the bound
   AttnProblem p;
   p.lens.seqlen_q = 5;
   p.lens.seqlen_k = 90;
-  p.lens.total_q = 40;  // varlen: q's rows bound the sequences the max lengths might not
+  p.lens.total_q = 40;
   p.lens.total_k = 300;
   p.lens.seqlen_k_added = 3;
-  EXPECT_EQ(p.lens.host_bound(), 303);
+  EXPECT_EQ(p.lens.host_bound(), 93);  // dense: the lengths themselves (totals count whole batches)
+  p.lens.cu_seqlens_q = offsets;
+  EXPECT_EQ(p.lens.host_bound(), 93);
+  p.lens.total_q = 400;
+  EXPECT_EQ(p.lens.host_bound(), 400);  // a varlen sequence of q may be as long as q's rows
+  p.lens.cu_seqlens_k = offsets;
+  p.lens.total_k = 500;
+  EXPECT_EQ(p.lens.host_bound(), 503);
+  p.lens.k_capacity = 700;
+  EXPECT_EQ(p.lens.host_bound(), 703);
   for (int left : kWindows)
     for (int right : kWindows) {
       AttnProblem c = p;
       c.mask = MaskParams{left, right};
       ASSERT_TRUE(clamp_windows_32(&c));
-      EXPECT_EQ(c.mask.window_left, left > 303 ? 303 : left);
-      EXPECT_EQ(c.mask.window_right, right > 303 ? 303 : right);
+      EXPECT_EQ(c.mask.window_left, left > 703 ? 703 : left);
+      EXPECT_EQ(c.mask.window_right, right > 703 ? 703 : right);
       // row + sk - sq + right + 1 and row + sk - sq - left for rows and keys within the bound
-      EXPECT_LT(int64_t(303) + 303 + c.mask.window_right + 1, int64_t(INT_MAX));
+      EXPECT_LT(int64_t(703) + 703 + c.mask.window_right + 1, int64_t(INT_MAX));
     }
   p.lens.total_k = int64_t(1) << 30;
+  EXPECT_TRUE(clamp_windows_32(&p));  // no window: nothing to narrow
+  p.mask.window_right = 0;
   EXPECT_FALSE(clamp_windows_32(&p));
 }
 
