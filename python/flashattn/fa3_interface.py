@@ -232,11 +232,10 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         cache_seqlens: int or int32 (batch,): tokens already in each cache row (None: all).
         cache_batch_idx: int32 (batch,), optional: the cache row of each batch entry.
         cache_leftpad: int32 (batch,), optional: the cache position where each sequence starts
-            (left padding); CPU backend for now (the GPU kernels raise UnsupportedError).
+            (left padding).
         page_table: int32 (batch, max_num_pages_per_seq), optional: a paged cache's page indices.
         cu_seqlens_q: int32 (batch + 1,), optional: varlen queries, q (total_q, nheads, headdim);
-            out is then (total_q, nheads, headdim_v) and softmax_lse (nheads, total_q). CPU backend
-            for now (the GPU kernels raise UnsupportedError).
+            out is then (total_q, nheads, headdim_v) and softmax_lse (nheads, total_q).
         max_seqlen_q: int, the longest query sequence with cu_seqlens_q (None: derived from a host
             cu_seqlens_q); accepted and ignored without it (as FA3).
         cu_seqlens_k_new: not supported yet (varlen new keys).

@@ -474,7 +474,7 @@ flash_attn_varlen_func.__doc__ = """Attention over packed sequences of different
             (num_blocks, page_block_size, nheads_k, headdim[_v]) and sequence b's keys are the first
             cu_seqlens_k[b + 1] - cu_seqlens_k[b] (or seqused_k[b]) positions of the pages in row b,
             as serving engines call it for mixed prefill and decode batches. Forward only (no
-            backward, no dropout); CPU backend for now (the GPU kernels raise UnsupportedError).
+            backward, no dropout).
         seqused_k: int32 (batch,), keyword-only. Sequence b uses only its first seqused_k[b] keys.
 """ + _RETURNS.format(out_shape="(total_q, nheads, headdim_v)", lse_shape="(nheads, total_q)")
 
@@ -651,8 +651,7 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
         cache_batch_idx: int32 (batch,), optional: the cache row of each batch entry (default b).
         cache_leftpad: int32 (batch,), optional: the cache position where each sequence starts
             (left padding). Its keys are positions cache_leftpad[b] .. cache_seqlens[b] + seqlen_new - 1;
-            rotary positions stay the cache positions, as in flash_attn. CPU backend for now: the GPU
-            kernels raise UnsupportedError until their device suite has run it.
+            rotary positions stay the cache positions, as in flash_attn.
         block_table: int32 (batch, max_num_blocks_per_seq), optional: the pages of each sequence in
             a paged cache.
         softmax_scale, causal, window_size, softcap, alibi_slopes: as in flash_attn_func.
