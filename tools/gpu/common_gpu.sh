@@ -72,6 +72,22 @@ fa_run_variants() {
   python3 "$FA_ROOT/bench/peers/join.py" "$logdir/peers.json" "${jsons[@]}" | tee "$logdir/table.md"
 }
 
+# fa_build_tests_and_bench LOGDIR: configures and builds build-gpu's flashattn_gpu_tests and
+# flashattn_bench, logging to LOGDIR/build.log with ptxas's report in LOGDIR/ptxas.txt; dies with the
+# log's tail when the build fails.
+fa_build_tests_and_bench() {
+  local logdir="$1" start
+  fa_ensure_deps 1 >"$logdir/build.log" 2>&1
+  fa_gpu_configure "$logdir/build.log" ON >/dev/null || fa_die "configure failed (see build.log)"
+  start=$SECONDS
+  fa_build "$FA_GPU_BUILD" flashattn_gpu_tests flashattn_bench >>"$logdir/build.log" 2>&1 || {
+    tail -n 30 "$logdir/build.log"
+    fa_die "build failed"
+  }
+  fa_extract_ptxas_report "$logdir/build.log" "$logdir/ptxas.txt"
+  echo "build: $((SECONDS - start)) s"
+}
+
 # The FA3 backward's small sanitizer cases (gtest filter): ragged causal d64 and d128, causal
 # seqused_k, causal varlen d128, deterministic GQA.
 fa3_bwd_sanitize_filter() {

@@ -18,15 +18,7 @@ export FA_GPU_GENCODE="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 fa_setup_path
 filter="Decode/Fa2Forward.*:*Fa2ForwardRace.*:*Fa2KvCache*:*Fa2PagedVarlen*:*Fa2Combine.*"
 if [[ "$steps" == *" build "* ]]; then
-  fa_ensure_deps 1 >"$logdir/build.log" 2>&1
-  fa_gpu_configure "$logdir/build.log" ON >/dev/null || fa_die "configure failed (see build.log)"
-  start=$SECONDS
-  fa_build "$FA_GPU_BUILD" flashattn_gpu_tests flashattn_bench >>"$logdir/build.log" 2>&1 || {
-    tail -n 30 "$logdir/build.log"
-    fa_die "build failed"
-  }
-  fa_extract_ptxas_report "$logdir/build.log" "$logdir/ptxas.txt"
-  echo "build: $((SECONDS - start)) s"
+  fa_build_tests_and_bench "$logdir"
 fi
 if [[ "$steps" == *" test "* ]]; then
   timeout "${DECODE_TEST_TIMEOUT:-420}" "$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests" \
