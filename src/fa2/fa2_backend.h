@@ -3,6 +3,7 @@
 
 #include "common/kvcache_problem.h"
 #include "common/problem.h"
+#include "fa2/combine_plan.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa2 {
@@ -12,8 +13,9 @@ namespace flashattn::fa2 {
 Status fwd(const AttnProblem& problem, void* stream);
 // Backward over device tensors, enqueued on `stream`; workspaces are stream-ordered allocations.
 Status bwd(const BwdProblem& problem, void* stream);
-// Merges split-KV partials (float32) into out and lse on the device.
-Status combine(const CombineProblem& problem, void* stream);
+// Merges split-KV partials (float32) into out and lse on the device; forced_plan: the kernel
+// (null: combine_plan's).
+Status combine(const CombineProblem& problem, void* stream, const CombinePlan* forced_plan = nullptr);
 // Rotary + append of k_new/v_new into the (dense or paged) cache, rotary on q, then fwd over the
 // cache (split over keys when the rows alone do not fill the GPU).
 Status fwd_kvcache(const KvCacheProblem& problem, void* stream);
