@@ -3,7 +3,7 @@
 #   build.log, ptxas.txt   flashattn_gpu_tests and flashattn_bench (sm_90a only unless
 #                          FA_GPU_GENCODE says otherwise) and ptxas's register/spill report
 #   tests.log              the decode, KV-cache, left-padding, varlen-over-cache, paged-varlen and
-#                          combine GPU tests, and the decode race check
+#                          combine GPU tests (the forced combine plans too), and the decode race check
 #   sanitize/              compute-sanitizer memcheck on small decode and KV-cache cases
 #   bench/                 tools/gpu/bench_decode.sh: ours beside SDPA and FlashAttention-3 (with
 #                          .anchors/ carried), GB/s of K+V read, table.md
@@ -16,7 +16,7 @@ logdir="$(cd "$logdir" && pwd)"
 steps=" ${DECODE_STEPS:-build test sanitize bench} "
 export FA_GPU_GENCODE="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 fa_setup_path
-filter="Decode/Fa2Forward.*:*Fa2ForwardRace.*:*Fa2KvCache*:*Fa2PagedVarlen*:*Fa2Combine.*"
+filter="Decode/Fa2Forward.*:*Fa2ForwardRace.*:*Fa2KvCache*:*Fa2PagedVarlen*:*Fa2Combine.*:*Fa2CombinePlan.*"
 if [[ "$steps" == *" build "* ]]; then
   fa_build_tests_and_bench "$logdir"
 fi
