@@ -32,6 +32,13 @@ struct BwdSmem {
   __device__ __forceinline__ void* at(int offset) const { return base + offset; }
 };
 
+// A Q or dO tile's load: every CTA of the kv head reads it (Config::kEvictLast: keep it in L2).
+template <typename Config>
+__device__ __forceinline__ void bwd_load_rows(void* smem, const CUtensorMap* map, int col, int h, int row, int batch, uint64_t* bar) {
+  if constexpr (Config::kEvictLast) sm90::tma_load_4d_evict_last(smem, map, col, h, row, batch, bar);
+  else sm90::tma_load_4d(smem, map, col, h, row, batch, bar);
+}
+
 template <typename Config>
 __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   using State = sm90::PipelineState<Config::kStages>;
@@ -60,14 +67,14 @@ __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& 
       uint64_t* q_full = &sm.q_ring()->full[st.stage];
       sm.q_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
       for (int c = 0; c < kColumnBlocks; ++c)
-        sm90::tma_load_4d(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
-                          q_first + row0, batch_coord, q_full);
+        bwd_load_rows<Config>(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
+                              q_first + row0, batch_coord, q_full);
       sm90::bulk_load(sm.lse(st.stage), args.lse_log2 + rows, Config::kRowBytes, q_full);
       uint64_t* do_full = &sm.do_ring()->full[st.stage];
       sm.do_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
       for (int c = 0; c < kColumnBlocks; ++c)
-        sm90::tma_load_4d(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
-                          q_first + row0, batch_coord, do_full);
+        bwd_load_rows<Config>(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
+                              q_first + row0, batch_coord, do_full);
       sm90::bulk_load(sm.delta(st.stage), args.delta + rows, Config::kRowBytes, do_full);
     }
   }
