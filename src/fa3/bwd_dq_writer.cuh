@@ -34,19 +34,24 @@ template <typename Config>
 __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk) {
   const AttnProblem& p = args.problem.fwd;
   const int lane = threadIdx.x % 32;
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
-    for (int m = blk.m_begin; m < blk.m_end; ++m) {
-      int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
-      if (lane == 0) gpu::bwd_wait_counter(semaphore, bwd_add_rank<Config::kBlockM, Config::kBlockN>(p.mask, blk, m * Config::kBlockM, args.descending));
-      __syncwarp();
-      sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqOrderThreads);
-      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
-      if (lane == 0) {
-        __threadfence();  // the consumers' fenced adds, seen through the barrier, before the count moves
-        gpu::bwd_signal_counter(semaphore);
-      }
-      __syncwarp();
+  auto order_step = [&](int64_t bh, int m) {
+    int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
+    if (lane == 0) gpu::bwd_wait_counter(semaphore, bwd_add_rank<Config::kBlockM, Config::kBlockN>(p.mask, blk, m * Config::kBlockM, args.descending));
+    __syncwarp();
+    sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqOrderThreads);
+    sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
+    if (lane == 0) {
+      __threadfence();  // the consumers' fenced adds, seen through the barrier, before the count moves
+      gpu::bwd_signal_counter(semaphore);
+    }
+    __syncwarp();
+  };
+  if constexpr (Config::kProducerRegisters < 32) {  // (24 registers: bwd_for_each_step)
+    bwd_for_each_step<true>(blk, [&](uint32_t, int, int h, int m) { order_step(int64_t(blk.b) * p.heads_q + h, m); });
+  } else {
+    for (int g = 0; g < blk.heads_per_group; ++g) {
+      const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
+      for (int m = blk.m_begin; m < blk.m_end; ++m) order_step(bh, m);
     }
   }
 }

@@ -2,7 +2,6 @@
 // --fa3-bwd-variant and the GPU tests: "default", or features joined by '+':
 //   dq-alternate  BwdDq::Alternate (d64)        dq-overlap  BwdDq::Overlap (d256)
 //   evict-last    l2_evict_last                  regs240     consumer_registers 240
-//   m128          block_m 128
 // Host only.
 #pragma once
 
@@ -26,10 +25,9 @@ inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::str
     else if (feature == "dq-overlap" && kernel.variant.dq == BwdDq::Default) kernel.variant.dq = BwdDq::Overlap;
     else if (feature == "evict-last") kernel.variant.l2_evict_last = true;
     else if (feature == "regs240") kernel.variant.consumer_registers = 240;
-    else if (feature == "m128") kernel.block_m = 128;
     else {
       *why = "unknown FA3 backward variant '" + std::string(feature) +
-             "' (default, or dq-alternate | dq-overlap, evict-last, regs240, m128 joined by '+')";
+             "' (default, or dq-alternate | dq-overlap, evict-last, regs240 joined by '+')";
       return std::nullopt;
     }
     if (plus == std::string_view::npos) return kernel;
@@ -48,7 +46,6 @@ inline std::string bwd_kernel_name(const BwdKernel& kernel) {
   if (kernel.variant.dq == BwdDq::Overlap) add("dq-overlap");
   if (kernel.variant.l2_evict_last) add("evict-last");
   if (kernel.variant.consumer_registers == 240) add("regs240");
-  if (kernel.block_m == 128) add("m128");
   return name.empty() ? "default" : name;
 }
 

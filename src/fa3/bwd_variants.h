@@ -18,14 +18,19 @@ inline constexpr BwdKernel kBwdVariants64[] = {
     {64, {.dq = BwdDq::Alternate}},
     {64, {.l2_evict_last = true}},
     {64, {.dq = BwdDq::Alternate, .l2_evict_last = true}},
+    {64, {.consumer_registers = 240}},
+    {64, {.dq = BwdDq::Alternate, .consumer_registers = 240}},
 };
 inline constexpr BwdKernel kBwdVariants128[] = {
     {64, {.l2_evict_last = true}},
+    {64, {.consumer_registers = 240}},
 };
 inline constexpr BwdKernel kBwdVariants256[] = {
     {64, {.dq = BwdDq::Overlap}},
     {64, {.l2_evict_last = true}},
     {64, {.dq = BwdDq::Overlap, .l2_evict_last = true}},
+    {64, {.consumer_registers = 240}},
+    {64, {.dq = BwdDq::Overlap, .consumer_registers = 240}},
 };
 
 // Whether a kernel of this head dim, block_m and variant is built: the default (64 rows, no
