@@ -33,16 +33,25 @@ inline constexpr BwdKernel kBwdVariants256[] = {
     {64, {.dq = BwdDq::Overlap, .consumer_registers = 240}},
 };
 
+// The variants built at a head dim (64, 128 or 256; else none), as a range.
+struct BwdKernelList {
+  const BwdKernel* first = nullptr;
+  const BwdKernel* last = nullptr;
+  constexpr const BwdKernel* begin() const { return first; }
+  constexpr const BwdKernel* end() const { return last; }
+};
+constexpr BwdKernelList bwd_variants_of(int head_dim) {
+  auto of = [](const auto& list) { return BwdKernelList{list, list + sizeof(list) / sizeof(list[0])}; };
+  return head_dim == 64 ? of(kBwdVariants64) : head_dim == 128 ? of(kBwdVariants128) : head_dim == 256 ? of(kBwdVariants256) : BwdKernelList{};
+}
+
 // Whether a kernel of this head dim, block_m and variant is built: the default (64 rows, no
 // variant) or one of the lists above.
 constexpr bool bwd_kernel_built(int head_dim, int block_m, const BwdVariant& variant) {
   if (block_m == 64 && variant == BwdVariant{}) return head_dim == 64 || head_dim == 128 || head_dim == 256;
-  auto in = [&](const auto& list) {
-    for (const BwdKernel& k : list)
-      if (k.block_m == block_m && k.variant == variant) return true;
-    return false;
-  };
-  return head_dim == 64 ? in(kBwdVariants64) : head_dim == 128 ? in(kBwdVariants128) : head_dim == 256 && in(kBwdVariants256);
+  for (const BwdKernel& k : bwd_variants_of(head_dim))
+    if (k.block_m == block_m && k.variant == variant) return true;
+  return false;
 }
 
 }  // namespace flashattn::fa3

@@ -20,9 +20,8 @@ namespace {
 
 std::vector<std::pair<int, fa3::BwdKernel>> built_kernels() {
   std::vector<std::pair<int, fa3::BwdKernel>> all;
-  for (const fa3::BwdKernel& k : fa3::kBwdVariants64) all.push_back({64, k});
-  for (const fa3::BwdKernel& k : fa3::kBwdVariants128) all.push_back({128, k});
-  for (const fa3::BwdKernel& k : fa3::kBwdVariants256) all.push_back({256, k});
+  for (int d : {64, 128, 256})
+    for (const fa3::BwdKernel& k : fa3::bwd_variants_of(d)) all.push_back({d, k});
   return all;
 }
 
@@ -66,6 +65,7 @@ TEST(Fa3BwdVariants, EachVariantIsBuiltWhereItApplies) {
     EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Overlap}), d == 256) << d;
   }
   EXPECT_FALSE(fa3::bwd_kernel_built(96, 64, {}));
+  EXPECT_EQ(fa3::bwd_variants_of(96).begin(), fa3::bwd_variants_of(96).end());
   EXPECT_FALSE(fa3::bwd_kernel_built(64, 64, {.consumer_registers = 248}));
 }
 
