@@ -14,12 +14,14 @@
 
 #include "common/problem.h"
 #include "common/score.h"
+#include "fa3/bwd_plan.h"
 
 namespace flashattn::fa3 {
 
-template <typename Element_, int kHeadDim_, int kBlockM_, bool kGeneralScore_>
+template <typename Element_, int kHeadDim_, int kBlockM_, bool kGeneralScore_, BwdVariant kVariant_ = BwdVariant{}>
 struct BwdConfig {
   using Element = Element_;
+  static constexpr BwdVariant kVariant = kVariant_;  // (bwd_plan.h)
   // Softcap or ALiBi: the logit per element, dS carries d logit / d s. Else dS leaves out the
   // softmax scale, which dK takes at the end and dQ in the conversion.
   static constexpr bool kGeneralScore = kGeneralScore_;
@@ -37,16 +39,23 @@ struct BwdConfig {
   static constexpr int kDsStages = 2;              // dS tiles: a step's writes never meet the last step's dQ reads
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // setmaxnreg split of the 64K registers, with slack (32 + 2 x 240 leaves none, and the
-  // consumers' increase never returned on the H200); the producer and dQ writer spill at 24.
-  static constexpr int kProducerRegisters = 32, kConsumerRegisters = 232;
+  // consumers' increase never returned on the H200): 32 + 2 x 232, or 24 + 2 x 240.
+  static constexpr int kConsumerRegisters = kVariant.consumer_registers;
+  static constexpr int kProducerRegisters = kConsumerRegisters == 240 ? 24 : 32;
+  static constexpr bool kEvictLast = kVariant.l2_evict_last;
   static constexpr int kColumnBlocks = kHeadDim / 64;
   // dQ = dS K of a step (kBlockM x kHeadDim) in chunks of 64 rows x kDqCols columns, one per
   // consumer warpgroup: 64-row blocks of the step's rows, then column slices (d128: the two
   // 64-column halves). A step of one 64 x 64 chunk (d64) is split by keys instead: each
-  // warpgroup multiplies its own 64 keys' dS by K, and both chunks add to the same rows.
-  static constexpr bool kDqSplitKeys = !kWide && (kBlockM / 64) * (kHeadDim / 64) < kConsumers;
+  // warpgroup multiplies its own 64 keys' dS by K, and both chunks add to the same rows; or, with
+  // kDqAlternate, the warpgroups take turns computing the whole chunk over all keys (warpgroup
+  // step % 2), one add per step.
+  static constexpr bool kDqAlternate = kVariant.dq == BwdDq::Alternate;
+  static constexpr bool kDqOverlap = kVariant.dq == BwdDq::Overlap;  // wide only (bwd_consumer_wide.cuh)
+  static constexpr bool kDqOneChunk = !kWide && (kBlockM / 64) * (kHeadDim / 64) < kConsumers;
+  static constexpr bool kDqSplitKeys = kDqOneChunk && !kDqAlternate;
   static constexpr int kDqRowBlocks = kBlockM / 64;
-  static constexpr int kDqCols = kDqSplitKeys ? kHeadDim : kBlockM * kHeadDim / (64 * kConsumers);
+  static constexpr int kDqCols = kDqOneChunk ? kHeadDim : kBlockM * kHeadDim / (64 * kConsumers);
   static constexpr int kDqColChunks = kHeadDim / kDqCols;
 
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;  // each of K and V
@@ -68,7 +77,10 @@ struct BwdConfig {
   static constexpr int kSmemBytes = kOffsetBarriers + 256 /*barriers*/ + 1024 /*alignment*/;
 
   static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kDqCols % 64 == 0 && kHeadDim % kDqCols == 0, "tile shape");
-  static_assert(kDqRowBlocks * kDqColChunks == (kDqSplitKeys ? 1 : kConsumers), "one dQ chunk per consumer warpgroup");
+  static_assert(kDqRowBlocks * kDqColChunks == (kDqOneChunk ? 1 : kConsumers), "one dQ chunk per consumer warpgroup");
+  static_assert(!kDqAlternate || kDqOneChunk, "alternate dQ: steps of one 64 x 64 chunk (d64, 64 rows)");
+  static_assert(!kDqOverlap || kWide, "overlapped dQ slices: the wide consumer");
+  static_assert(kConsumerRegisters == 232 || kConsumerRegisters == 240, "register split");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box has at most 256 rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };

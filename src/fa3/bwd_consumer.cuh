@@ -6,7 +6,8 @@
 //   dV  += P^T dO       A from registers, dO MN-major
 //   dK  += dS^T Q       A from registers, Q MN-major
 //   dQ_c = dS K         dS^T of both warpgroups through shared memory (MN-major A: transposed),
-//                       K MN-major; this warpgroup's 64 x kDqCols chunk, staged for the dQ writer.
+//                       K MN-major; this warpgroup's 64 x kDqCols chunk, staged for the dQ writer
+//                       (kDqAlternate: only warpgroup step % 2 computes it, over all the keys).
 // Accumulator element j of thread (warp, lane) in an m64nN tile: row 16 warp + lane / 4 + 8 (j % 4
 // / 2) (a key), column 8 (j / 4) + 2 (lane % 4) + j % 2 (a query row of the step).
 #pragma once
@@ -45,7 +46,7 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
   const int c = th.consumer;
   const uint32_t k_addr = sm.addr(0), v_addr = sm.addr(Config::kOffsetV);
   // This warpgroup's dQ chunk: rows 64 qb of the step, columns cb * kDqCols (bwd_config.h).
-  const int qb = Config::kDqSplitKeys ? 0 : c / Config::kDqColChunks, cb = Config::kDqSplitKeys ? 0 : c % Config::kDqColChunks;
+  const int qb = Config::kDqOneChunk ? 0 : c / Config::kDqColChunks, cb = Config::kDqOneChunk ? 0 : c % Config::kDqColChunks;
 
   sm90::mbarrier_wait(sm.kv_full(), 0);
   bwd_clear_kv_tails<Config>(p, blk, k_addr);
@@ -96,36 +97,42 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
 
       // dV += P^T dO.
       sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dv, p_frag, do_tile, kBlockM * 128, step > 0);
-      // Both warpgroups' dS^T written (fenced for the async proxy) before either's dQ reads it.
+      // Both warpgroups' dS^T written (fenced for the async proxy) before a dQ reads it.
       sm90::fence_async_shared();
-      sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
+      // Alternate dQ: only warpgroup step % 2 reads the step's dS (bwd_ds_handover).
+      const bool computes_dq = !Config::kDqAlternate || (step & 1) == c;
+      if constexpr (Config::kDqAlternate) bwd_ds_handover(step, computes_dq);
+      else sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
       // dQ chunk = dS K: A = dS^T's column block qb read transposed (M = rows, K = keys), B = K's
       // column blocks from cb (K = keys, N = head dim).
       float dq[kDqRegs];
       if constexpr (Config::kDqSplitKeys)  // this warpgroup's 64 keys only
         sm90::wgmma_mm<Element, Config::kDqCols, 64, true>(dq, ds_tile + c * 64 * 128, kBlockN * 128, k_addr + c * 64 * 128,
                                                             kBlockN * 128);
-      else
+      else if (computes_dq)
         sm90::wgmma_mm<Element, Config::kDqCols, kBlockN, true>(dq, ds_tile + qb * kBlockN * 128, kBlockN * 128,
                                                                  k_addr + cb * (Config::kDqCols / 64) * kBlockN * 128, kBlockN * 128);
       // dK += dS^T Q.
       sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dk, ds_frag, q_tile, kBlockM * 128, step > 0);
 
-      sm90::wgmma_wait<1>();  // dV and dQ done; dK may still run
+      sm90::wgmma_wait<1>();  // dV and dQ done (without a dQ: dV); dK may still run
       sm90::fence_accumulators(dv);
-      sm90::fence_accumulators(dq);
+      if (computes_dq) sm90::fence_accumulators(dq);
       sm90::fence_fragments(p_frag);
       __syncwarp();
       if (th.lane == 0) sm.do_ring()->consumer_release(st);
-      // The chunk to the dQ writer: thread t's accumulators 4k .. 4k + 3 at float (128 k + t) * 4.
-      const uint32_t dq_stage = sm.addr(Config::kOffsetDq + c * Config::kDqBytes) + (threadIdx.x % 128) * 16;
-      if (c == 0) sm90::named_barrier_sync(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
-      else sm90::named_barrier_sync(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
+      if (computes_dq) {
+        // The chunk to the dQ writer: thread t's accumulators 4k .. 4k + 3 at float (128 k + t) * 4.
+        const uint32_t dq_stage = sm.addr(Config::kOffsetDq + c * Config::kDqBytes) + (threadIdx.x % 128) * 16;
+        if (c == 0) sm90::named_barrier_sync(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
+        else sm90::named_barrier_sync(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
 #pragma unroll
-      for (int k = 0; k < kDqRegs / 4; ++k) sm90::st_shared_f32x4(dq_stage + k * 2048, dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
-      sm90::fence_async_shared();
-      if (c == 0) sm90::named_barrier_arrive(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
-      else sm90::named_barrier_arrive(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
+        for (int k = 0; k < kDqRegs / 4; ++k)
+          sm90::st_shared_f32x4(dq_stage + k * 2048, dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+        sm90::fence_async_shared();
+        if (c == 0) sm90::named_barrier_arrive(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
+        else sm90::named_barrier_arrive(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
+      }
 
       sm90::wgmma_wait<0>();  // dK
       sm90::fence_accumulators(dk);

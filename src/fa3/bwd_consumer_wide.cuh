@@ -6,7 +6,8 @@
 //                                      memory: columns 32c .. 32c + 31 of 64 x 64 tiles
 //   dV_c += P^T dO[:, c],  dK_c += dS^T Q[:, c]   its half of the columns, A from shared memory
 //   dQ_c  = dS K[:, c]                 in two 64-column slices, each added to the fp32 workspace
-//                                      straight from registers
+//                                      straight from registers (kDqOverlap: slice 0 before dV
+//                                      and dK, its adds beside their wgmmas)
 //                                      (red.global.add.v4; in the deterministic mode in the key
 //                                      blocks' order, kept by the dQ writer warp)
 // dK and dV of 64 keys x half the columns stay in registers over every step (64 + 64 at d256).
@@ -35,7 +36,7 @@ namespace flashattn::fa3 {
 // 64-column halves dq holds (the dQ GEMM runs in two: the whole chunk's 64 accumulators beside
 // dK's and dV's spill). In the deterministic mode the dQ writer warp keeps the order
 // (bwd_order_dq_wide): both warpgroups wait for its go before the first slice, and tell it they
-// are done (adds fenced) after the last.
+// are done (adds fenced) after the last. Config::kEvictLast: the sums stay in L2 for the next adds.
 template <typename Config, int kRegs>
 __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBlock& blk, int h, int row0, int col0, int slice,
                                                 const float (&dq)[kRegs]) {
@@ -46,7 +47,9 @@ __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBl
                  (threadIdx.x % 128) * 4 + slice * (kRegs / 4) * 512;
   static_for<kRegs / 4>([&](auto kc) {
     constexpr int k = decltype(kc)::value;
-    sm90::red_add_v4_at<k * 512 * 4>(chunk, make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]));
+    const float4 v = make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+    if constexpr (Config::kEvictLast) sm90::red_add_v4_at_evict_last<k * 512 * 4>(chunk, v);
+    else sm90::red_add_v4_at<k * 512 * 4>(chunk, v);
   });
   if (args.deterministic && slice == 1) {
     __threadfence();  // this CTA's adds visible before the count moves
@@ -122,27 +125,48 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
       sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);  // both halves written
 
       // dV_c += P^T dO[:, c], dK_c += dS^T Q[:, c] (A K-major: keys x rows), dQ_c = dS K[:, c]
-      // (A = dS^T read transposed: rows x keys).
-      sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
-      sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
-      // dQ_c in two 64-column slices, each added as soon as it is done.
-#pragma unroll
-      for (int slice = 0; slice < 2; ++slice) {
-        float dq[kAccRegs / 2];
+      // (A = dS^T read transposed: rows x keys), in two 64-column slices.
+      auto dq_slice = [&](float (&dq)[kAccRegs / 2], int slice) {
         sm90::wgmma_mm<Element, kCols / 2, kBlockN, true>(dq, ds_tile, kBlockN * 128,
                                                           k_addr + (first_block + slice * kCols / 128) * kBlockN * 128, kBlockN * 128);
+      };
+      auto release_stages = [&] {  // dV and dK done: the step's Q and dO stages are free
+        sm90::fence_accumulators(dv);
+        sm90::fence_accumulators(dk);
+        __syncwarp();
+        if (th.lane == 0) {
+          sm.do_ring()->consumer_release(st);
+          sm.q_ring()->consumer_release(st);
+        }
+      };
+      if constexpr (Config::kDqOverlap) {
+        // Slice 0 first: its adds run while the tensor cores work on dV and dK, then slice 1.
+        float dq[kAccRegs / 2];
+        dq_slice(dq, 0);
+        sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+        sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+        sm90::wgmma_wait<2>();  // slice 0 (groups complete in order); dV and dK may still run
+        sm90::fence_accumulators(dq);
+        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 0, dq);
+        dq_slice(dq, 1);
+        sm90::wgmma_wait<1>();  // dV and dK
+        release_stages();
         sm90::wgmma_wait<0>();
         sm90::fence_accumulators(dq);
-        if (slice == 0) {  // dV and dK are done too: the step's Q and dO stages are free
-          sm90::fence_accumulators(dv);
-          sm90::fence_accumulators(dk);
-          __syncwarp();
-          if (th.lane == 0) {
-            sm.do_ring()->consumer_release(st);
-            sm.q_ring()->consumer_release(st);
-          }
+        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 1, dq);
+      } else {
+        sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+        sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+        // Each slice added as soon as it is done.
+#pragma unroll
+        for (int slice = 0; slice < 2; ++slice) {
+          float dq[kAccRegs / 2];
+          dq_slice(dq, slice);
+          sm90::wgmma_wait<0>();
+          sm90::fence_accumulators(dq);
+          if (slice == 0) release_stages();
+          bwd_add_dq_wide<Config>(args, blk, h, row0, col0, slice, dq);
         }
-        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, slice, dq);
       }
     }
   }

@@ -11,6 +11,7 @@ Status bwd_hdim128_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t str
 }
 
 Status bwd_hdim128(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  if (!bwd_default_kernel(plan)) return bwd_hdim128_variants(args, plan, stream);
   return args.problem.fwd.dtype == DType::F16 ? bwd_hdim128_of<__half>(args, plan, stream) : bwd_hdim128_of<__nv_bfloat16>(args, plan, stream);
 }
 

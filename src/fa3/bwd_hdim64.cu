@@ -12,6 +12,7 @@ Status bwd_hdim64_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stre
 }
 
 Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  if (!bwd_default_kernel(plan)) return bwd_hdim64_variants(args, plan, stream);
   return args.problem.fwd.dtype == DType::F16 ? bwd_hdim64_of<__half>(args, plan, stream) : bwd_hdim64_of<__nv_bfloat16>(args, plan, stream);
 }
 

@@ -115,6 +115,7 @@ BwdPlan bwd_plan(const BwdProblem& bp) {
   plan.head_dim = bwd_head_dim(std::max(p.head_dim, p.head_dim_v));
   plan.general_score = p.score_modifiers();
   plan.block_m = 64;
+  // plan.variant stays the default: the variants (bwd_variants.h) have not been measured yet.
   return plan;
 }
 
@@ -125,9 +126,15 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   if (p.batch == 0 || p.heads_q == 0) return {};
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const BwdPlan plan = forced_plan != nullptr ? *forced_plan : bwd_plan(problem);
-  if (plan.head_dim != bwd_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.block_m != 64 ||
-      plan.general_score != p.score_modifiers())
-    return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: the plan does not fit the call");
+  if (plan.head_dim != bwd_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.general_score != p.score_modifiers())
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 bwd: the plan does not fit the call (head dim " + std::to_string(plan.head_dim) + " for " +
+                             std::to_string(std::max(p.head_dim, p.head_dim_v)) + ", general score " +
+                             (plan.general_score ? "on" : "off") + " for a call with it " + (p.score_modifiers() ? "on" : "off") + ")");
+  if (!bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant))
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 bwd: no kernel of head dim " + std::to_string(plan.head_dim) + " with block_m " +
+                             std::to_string(plan.block_m) + " and the plan's variant is built (fa3/bwd_variants.h)");
 
   BwdArgs args;
   args.problem = problem;

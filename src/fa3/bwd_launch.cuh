@@ -5,10 +5,16 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <iterator>
+#include <type_traits>
+#include <utility>
+
 #include "common/cuda_status.h"
 #include "fa3/bwd_config.h"
 #include "fa3/bwd_kernel.cuh"
 #include "fa3/bwd_plan.h"
+#include "fa3/bwd_variants.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
@@ -30,9 +36,45 @@ Status launch_bwd_config(const BwdArgs& args, cudaStream_t stream) {
   return cuda_status("fa3 bwd: main kernel launch", cudaGetLastError());
 }
 
-// Per head dim (the kernel's): bwd_hdim64.cu, bwd_hdim128.cu, bwd_hdim256.cu.
+// The configuration of the built kernel (bwd_variants.h) that the plan names, launched; a plan
+// naming none is refused. One instantiation per entry of kBuilt.
+template <typename Element, int kHeadDim, bool kGeneralScore, const auto& kBuilt, size_t... kI>
+Status launch_bwd_built(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream, std::index_sequence<kI...>) {
+  Status st = Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: the plan names a kernel variant that is not built");
+  const auto launch_if_named = [&](auto built) {
+    constexpr BwdKernel kKernel = kBuilt[decltype(built)::value];
+    using Config = BwdConfig<Element, kHeadDim, kKernel.block_m, kGeneralScore, kKernel.variant>;
+    static_assert(Config::kDqCols == BwdConfig<Element, kHeadDim, 64, kGeneralScore>::kDqCols,
+                  "one dQ workspace layout per head dim (the conversion reads it)");
+    if (plan.block_m != kKernel.block_m || !(plan.variant == kKernel.variant)) return false;
+    st = launch_bwd_config<Config>(args, stream);
+    return true;
+  };
+  (launch_if_named(std::integral_constant<size_t, kI>{}) || ...);
+  return st;
+}
+
+template <int kHeadDim, const auto& kBuilt>
+Status launch_bwd_variant(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  constexpr auto kAll = std::make_index_sequence<std::size(kBuilt)>{};
+  const bool f16 = args.problem.fwd.dtype == DType::F16;
+  if (plan.general_score)
+    return f16 ? launch_bwd_built<__half, kHeadDim, true, kBuilt>(args, plan, stream, kAll)
+               : launch_bwd_built<__nv_bfloat16, kHeadDim, true, kBuilt>(args, plan, stream, kAll);
+  return f16 ? launch_bwd_built<__half, kHeadDim, false, kBuilt>(args, plan, stream, kAll)
+             : launch_bwd_built<__nv_bfloat16, kHeadDim, false, kBuilt>(args, plan, stream, kAll);
+}
+
+// Per head dim (the kernel's): bwd_hdim64.cu, bwd_hdim128.cu, bwd_hdim256.cu; the plans with a
+// variant go to bwd_hdim*_variants.cu.
 Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
 Status bwd_hdim128(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
 Status bwd_hdim256(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
+Status bwd_hdim64_variants(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
+Status bwd_hdim128_variants(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
+Status bwd_hdim256_variants(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
+
+// Whether the plan takes the head dim's default kernels (bwd_hdim*.cu).
+inline bool bwd_default_kernel(const BwdPlan& plan) { return plan.block_m == 64 && plan.variant == BwdVariant{}; }
 
 }  // namespace flashattn::fa3

@@ -32,6 +32,13 @@ struct BwdSmem {
   __device__ __forceinline__ void* at(int offset) const { return base + offset; }
 };
 
+// A Q or dO tile's load: every CTA of the kv head reads it (Config::kEvictLast: keep it in L2).
+template <typename Config>
+__device__ __forceinline__ void bwd_load_rows(void* smem, const CUtensorMap* map, int col, int h, int row, int batch, uint64_t* bar) {
+  if constexpr (Config::kEvictLast) sm90::tma_load_4d_evict_last(smem, map, col, h, row, batch, bar);
+  else sm90::tma_load_4d(smem, map, col, h, row, batch, bar);
+}
+
 template <typename Config>
 __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   using State = sm90::PipelineState<Config::kStages>;
@@ -49,28 +56,24 @@ __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& 
     sm90::tma_load_4d(sm.at(Config::kOffsetV + c * kBlockN * 128), &maps.v, 64 * c, blk.hk, k_first + blk.key0, batch_coord,
                       sm.kv_full());
   }
-  // (24 registers: the row statistics' addresses are formed per step, not held per head)
-  uint32_t step = 0;
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int h = blk.hk * blk.heads_per_group + g;
-    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) {
-      const State st = State::at(step);
-      const int row0 = m * kBlockM;
-      const int64_t rows = (int64_t(blk.b) * p.heads_q + h) * args.rows_padded + row0;
-      uint64_t* q_full = &sm.q_ring()->full[st.stage];
-      sm.q_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
-      for (int c = 0; c < kColumnBlocks; ++c)
-        sm90::tma_load_4d(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
-                          q_first + row0, batch_coord, q_full);
-      sm90::bulk_load(sm.lse(st.stage), args.lse_log2 + rows, Config::kRowBytes, q_full);
-      uint64_t* do_full = &sm.do_ring()->full[st.stage];
-      sm.do_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
-      for (int c = 0; c < kColumnBlocks; ++c)
-        sm90::tma_load_4d(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
-                          q_first + row0, batch_coord, do_full);
-      sm90::bulk_load(sm.delta(st.stage), args.delta + rows, Config::kRowBytes, do_full);
-    }
-  }
+  // (the row statistics' addresses are formed per step, not held per head)
+  bwd_for_each_step<(Config::kProducerRegisters < 32)>(blk, [&](uint32_t step, int, int h, int m) {
+    const State st = State::at(step);
+    const int row0 = m * kBlockM;
+    const int64_t rows = (int64_t(blk.b) * p.heads_q + h) * args.rows_padded + row0;
+    uint64_t* q_full = &sm.q_ring()->full[st.stage];
+    sm.q_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
+    for (int c = 0; c < kColumnBlocks; ++c)
+      bwd_load_rows<Config>(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
+                            q_first + row0, batch_coord, q_full);
+    sm90::bulk_load(sm.lse(st.stage), args.lse_log2 + rows, Config::kRowBytes, q_full);
+    uint64_t* do_full = &sm.do_ring()->full[st.stage];
+    sm.do_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
+    for (int c = 0; c < kColumnBlocks; ++c)
+      bwd_load_rows<Config>(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
+                            q_first + row0, batch_coord, do_full);
+    sm90::bulk_load(sm.delta(st.stage), args.delta + rows, Config::kRowBytes, do_full);
+  });
 }
 
 }  // namespace flashattn::fa3

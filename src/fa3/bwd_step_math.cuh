@@ -24,6 +24,27 @@ namespace flashattn::fa3 {
 
 // Named barrier of the two consumer warpgroups: dS^T of a step complete (and, once, K/V tails cleared).
 inline constexpr uint32_t kBwdDsBarrier = 1, kBwdConsumerThreads = 256;
+// Alternate dQ (BwdConfig::kDqAlternate): the second dS stage's barrier (bwd_ds_handover).
+inline constexpr uint32_t kBwdDsOddBarrier = 6;
+
+// Alternate dQ: the hand-over of a step's dS^T. The warpgroup computing the step's dQ waits
+// (bar.sync) until the other has written its half; the other only arrives (bar.arrive) and goes
+// on. One barrier per dS stage, because with one id a warpgroup's arrival at step s and its wait
+// at step s + 1 could complete a phase between themselves while the other warpgroup is still
+// before its wait of step s. With two, a warpgroup's next arrival on a stage's id (step s + 2)
+// follows its wait of step s + 1, which needs the other's arrival of step s + 1, which follows the
+// other's wait of step s: every phase is one warpgroup's wait and the other's arrival. The same
+// chain orders the reuse of a stage: the dQ wgmma of step s is waited for before its warpgroup
+// arrives at step s + 1, so it has read the stage before either warpgroup writes it at step s + 2.
+__device__ __forceinline__ void bwd_ds_handover(int step, bool computes_dq) {
+  if (step & 1) {
+    if (computes_dq) sm90::named_barrier_sync(kBwdDsOddBarrier, kBwdConsumerThreads);
+    else sm90::named_barrier_arrive(kBwdDsOddBarrier, kBwdConsumerThreads);
+  } else {
+    if (computes_dq) sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
+    else sm90::named_barrier_arrive(kBwdDsBarrier, kBwdConsumerThreads);
+  }
+}
 
 // f(std::integral_constant<int, i>{}) for i = 0 .. kCount - 1, unrolled at compile time.
 template <int kCount, typename F, int... kI>

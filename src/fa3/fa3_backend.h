@@ -18,8 +18,9 @@ Status check(const AttnProblem& problem);
 
 // Backward over device tensors on `stream` (workspaces are stream-ordered allocations): fp16/bf16,
 // head dims up to 256 with head_dim and head_dim_v in one size class, dense or varlen, causal,
-// windows, softcap, ALiBi, GQA/MQA, seqused_k, deterministic; no dropout. `plan` forces a tile
-// choice (null: bwd_plan's).
+// windows, softcap, ALiBi, GQA/MQA, seqused_k, deterministic; no dropout. `plan` forces a kernel
+// choice (null: bwd_plan's), a variant of bwd_variants.h included; InvalidArgument naming "plan"
+// when it does not fit the call or names a kernel that is not built.
 Status bwd(const BwdProblem& problem, void* stream, const BwdPlan* plan = nullptr);
 
 // Whether bwd covers the problem (host-side): Ok, or Unsupported saying why. Backend::Auto takes

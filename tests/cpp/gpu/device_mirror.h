@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+
 #include <vector>
 
 #include "flashattn/flashattn.h"
@@ -123,7 +125,10 @@ inline Status combine_on_device(const CombineParams& host) {
   return st;
 }
 
-inline Status bwd_on_device(const BwdParams& host) {
+// The call a device-mirrored backward makes: the public bwd, or a forced path (a test's own).
+using DeviceBwdCall = std::function<Status(const BwdParams&)>;
+
+inline Status bwd_on_device_with(const BwdParams& host, const DeviceBwdCall& call) {
   DeviceMirror m;
   BwdParams d = host;
   d.q = m.upload(host.q);
@@ -139,9 +144,11 @@ inline Status bwd_on_device(const BwdParams& host) {
   d.dq = m.output(host.dq);
   d.dk = m.output(host.dk);
   d.dv = m.output(host.dv);
-  const Status st = bwd(d);
+  const Status st = call(d);
   m.download();
   return st;
 }
+
+inline Status bwd_on_device(const BwdParams& host) { return bwd_on_device_with(host, [](const BwdParams& d) { return bwd(d); }); }
 
 }  // namespace flashattn::gpu_test

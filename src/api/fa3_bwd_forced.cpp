@@ -1,0 +1,33 @@
+#include "api/fa3_bwd_forced.h"
+
+#include <string>
+
+#include "api/rules.h"
+#include "api/validate.h"
+#include "fa3/bwd_variant_names.h"
+#if defined(FLASHATTN_WITH_CUDA)
+#include "fa3/fa3_backend.h"
+#endif
+
+namespace flashattn::api {
+
+Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const fa3::BwdKernel& kernel) {
+  BwdProblem problem;
+  FA_CHECK(make_bwd_problem(params, &problem));
+#if defined(FLASHATTN_WITH_CUDA)
+  if (params.q.device != DeviceType::Cuda) return unsupported("backend", "the FA3 backward needs CUDA tensors");
+  FA_CHECK(fa3::check_bwd(problem));
+  if (params.dq.numel() == 0 && params.dk.numel() == 0 && params.dv.numel() == 0) return {};
+  fa3::BwdPlan plan = fa3::bwd_plan(problem);
+  if (!fa3::bwd_kernel_built(plan.head_dim, kernel.block_m, kernel.variant))
+    return unsupported("plan", "fa3 bwd: the kernel variant " + fa3::bwd_kernel_name(kernel) + " is not built at head dim " +
+                                   std::to_string(plan.head_dim));
+  plan.block_m = kernel.block_m;
+  plan.variant = kernel.variant;
+  return fa3::bwd(problem, params.stream, &plan);
+#else
+  return unsupported("backend", "the FA3 backward is not in this build (configured without CUDA)");
+#endif
+}
+
+}  // namespace flashattn::api
