@@ -155,7 +155,7 @@ struct Fp8Descales {
 // q, k, v: float16, bfloat16, float32 (CPU backend), or float8_e4m3fn (all three; forward only:
 // bwd refuses them as FlashAttention-3 does). fp8 inputs write out in bfloat16 or float16 and take
 // no dropout (fp8 attention is for inference). They run on the CPU backend today; the FA3 fp8
-// kernels are not built yet (CUDA fp8 tensors: Unsupported naming q).
+// kernels are built but not yet validated on a GPU (CUDA fp8 tensors: Unsupported naming q).
 struct FwdParams : AttnOptions, VarlenArgs, DropoutArgs, Fp8Descales {
   TensorView q, k, v;
   TensorView block_table;  // optional int32 (batch, max_blocks_per_seq), varlen only: k and v are

@@ -75,13 +75,16 @@ Status kernels_not_built(Target target) {
                                     target_name(target) + " was chosen for these CUDA tensors)");
 }
 
-// fp8 inputs on a GPU backend: the FA3 fp8 kernels are not built yet (and FA2 has none, as in
-// FlashAttention-2), so no CUDA kernel may see them. When they land, fa3::check covers fp8 and this
-// leaves Fa3 alone.
+// fp8 inputs on a GPU backend: FA2 has no fp8 kernels (as in FlashAttention-2), and FA3's are built
+// but not yet validated on a GPU (fa3::kFp8FwdEnabled), so no CUDA kernel may see them until then.
+// Enabled, Fa3 takes them (fa3::check covers fp8, so Auto picks Fa3 on sm90).
 Status check_fp8_target(Target target, DType dtype) {
   if (target == Target::Cpu || dtype != DType::F8E4M3) return {};
+#if defined(FLASHATTN_WITH_CUDA)
+  if (fa3::kFp8FwdEnabled && target == Target::Fa3) return {};
+#endif
   return unsupported("q", std::string("float8_e4m3fn inputs run on the CPU backend only: the FA3 fp8 kernels are "
-                                      "not built yet (") +
+                                      "built but not yet validated on a GPU (") +
                               target_name(target) + " was chosen for these CUDA tensors)");
 }
 

@@ -170,10 +170,10 @@ Status fwd(const AttnProblem& problem, void* stream) {
     case DType::F16: return dispatch_dropout<__half>(p, s);
     case DType::BF16: return dispatch_dropout<__nv_bfloat16>(p, s);
     default:
-      // fp8 is FA3-only, as in FlashAttention-3 (and its kernels are not built yet).
+      // fp8 is FA3-only, as in FlashAttention-3 (and its kernels are not yet validated on a GPU).
       return Status::error(ErrorCode::Unsupported, "q",
                            std::string("argument 'q': the fa2 kernels take float16 or bfloat16 (float8_e4m3fn runs "
-                                       "on the CPU backend; the FA3 fp8 kernels are not built yet), got ") +
+                                       "on the CPU backend; the FA3 fp8 kernels are not yet validated on a GPU), got ") +
                                dtype_name(p.dtype));
   }
 }

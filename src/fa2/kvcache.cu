@@ -83,7 +83,7 @@ Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle) {
   if (kp.attn.dtype != DType::F16 && kp.attn.dtype != DType::BF16)
     return Status::error(ErrorCode::Unsupported, "q",
                          std::string("argument 'q': the fa2 kernels take float16 or bfloat16 (float8_e4m3fn runs "
-                                     "on the CPU backend; the FA3 fp8 kernels are not built yet), got ") +
+                                     "on the CPU backend; the FA3 fp8 kernels are not yet validated on a GPU), got ") +
                              dtype_name(kp.attn.dtype));
   AttnProblem p = kp.attn;
   if (p.batch > 65535 || kp.seqlen_new > 0x7fffffff || p.lens.seqlen_q > 0x7fffffff)

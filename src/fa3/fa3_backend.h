@@ -3,6 +3,7 @@
 
 #include "common/problem.h"
 #include "fa3/bwd_plan.h"
+#include "fa3/fp8_fwd_plan.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
@@ -15,6 +16,17 @@ Status fwd(const AttnProblem& problem, void* stream);
 // Whether fwd covers the problem (host-side, no device access): Ok, or Unsupported saying why.
 // Backend::Auto takes the FA3 forward on sm90 exactly when this is Ok.
 Status check(const AttnProblem& problem);
+
+// The fp8 (e4m3) forward over device tensors on `stream`: q/k/v float8_e4m3fn with descales,
+// out bfloat16 or float16, the features of fwd (causal, windows, softcap, ALiBi, GQA/MQA, varlen,
+// seqused_k), head dims up to 256 with q/k and v in one class (<= 64, <= 128, <= 256). `plan`
+// forces a kernel (one of fp8_fwd_plans; null: fp8_fwd_plan's). The softmax takes its running max
+// on raw scores, so q_descale * k_descale must be positive (as in FlashAttention-3). Not yet run
+// on a GPU: fwd and check refuse fp8 calls until kFp8FwdEnabled (fp8_fwd_plan.h).
+Status fwd_fp8(const AttnProblem& problem, void* stream, const Fp8FwdPlan* plan = nullptr);
+
+// Whether fwd_fp8 covers the problem (host-side): Ok, or Unsupported saying why.
+Status check_fp8(const AttnProblem& problem);
 
 // Backward over device tensors on `stream` (workspaces are stream-ordered allocations): fp16/bf16,
 // head dims up to 256 with head_dim and head_dim_v in one size class, dense or varlen, causal,

@@ -13,6 +13,9 @@ struct FwdConfig {
   // the next tile's S, which lets three consumer warpgroups (160 registers) run 192 x 192 at d64
   // (FA3's unmasked d64 tile).
   static constexpr bool kPInSmem = kPInSmem_;
+  // Only calls without causal or window limits (the launch checks): the last key tile is the only
+  // masked one, its keys past the sequence's end the same for every row.
+  static constexpr bool kNoKeyLimits = kPInSmem_;
   // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
   // Consumer warpgroups of 64 rows each: 2, or 3 for d64 (FA3's 192-row tile: at d64 the GEMMs
@@ -23,6 +26,13 @@ struct FwdConfig {
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
   using Element = Element_;
+  using OutElement = Element_;  // O is written in the inputs' dtype
+  // The fp8 configuration (fp8_fwd_config.h) shares the role units; these are its knobs at their
+  // 16-bit values: no V transpose, P unshifted.
+  static constexpr bool kFp8 = false;
+  static constexpr int kTransposeWarps = 0, kPShift = 0, kVtBytes = 0;
+  // Bytes and elements per row of a shared-memory column block (the swizzle span) of Q/K and V.
+  static constexpr int kQKSwizzle = 128, kVSwizzle = 128, kQKBlockCols = 64, kVBlockCols = 64;
   // Not AttnProblem::plain_forward_scores() (softcap, ALiBi or scale <= 0): the logit stage runs per
   // element (fwd_softmax.cuh); else the scale is folded into exp2 and full tiles run straight-line code.
   static constexpr bool kGeneralScore = kGeneralScore_;
@@ -51,6 +61,7 @@ struct FwdConfig {
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kBlockN % 16 == 0, "tile shape");
   static_assert(!kPInSmem || kBlockN % 64 == 0, "P in shared memory: 64-key column blocks");
   static_assert(kOBytes <= kStages * kVBytes && (kStages * kVBytes - kOBytes) % 1024 == 0, "O staged in the V ring");
+  static constexpr bool kOStagedInV = true;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };
 

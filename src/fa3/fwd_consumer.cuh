@@ -3,6 +3,9 @@
 // (fwd_softmax.cuh), O += P V with P as the register A operand (or, FwdConfig::kPInSmem, from
 // shared memory) and V MN-major, intra-warpgroup overlap of the softmax with the GEMMs and
 // ping-pong between the warpgroups; then the epilogue (fwd_epilogue.cuh).
+// fp8 (Config::kFp8): S = Q K^T on e4m3 wgmmas (k32 steps), the scale times q_descale k_descale of
+// the tile's (sequence, kv head), P shifted by 2^kPShift and packed to e4m3 A fragments
+// (arch/sm90/fp8.cuh), and O += P Vt with Vt the transposing warps' K-major ring.
 #pragma once
 
 #include <cuda.h>
@@ -13,13 +16,16 @@
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
 #include "arch/sm90/accumulator_smem.cuh"
+#include "arch/sm90/fp8.cuh"
 #include "arch/sm90/mbarrier.cuh"
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/warpgroup.cuh"
 #include "arch/sm90/wgmma.cuh"
+#include "arch/sm90/wgmma_fp8_ops.cuh"
 #include "common/mask.h"
 #include "common/problem.h"
 #include "common/score.h"
+#include "fa3/fp8_descale.cuh"
 #include "fa3/fwd_config.h"
 #include "fa3/fwd_epilogue.cuh"
 #include "fa3/fwd_scheduler.cuh"
@@ -40,7 +46,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   Element* smem_v = sm.v;
   unsigned char* smem_p = sm.p;
   auto* pipeline_k = sm.pipeline_k;
-  auto* pipeline_v = sm.pipeline_v;
+  // The ring P V reads: V (16-bit) or V transposed (fp8).
+  auto* pipeline_v = Config::kFp8 ? sm.pipeline_vt : sm.pipeline_v;
   uint64_t* q_full = sm.q_full;
   uint64_t* q_empty = sm.q_empty;
   auto tile_slot = [&](uint32_t n) { return sm.tile_slot(n); };
@@ -56,8 +63,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
                      kPBarrier = kFwdPBarrier;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
-  const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * 128;  // this warpgroup's 64 rows
+  const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * Config::kQKSwizzle;  // this warpgroup's 64 rows
   const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
+  const uint32_t pv_addr = Config::kFp8 ? sm90::smem_u32(sm.vt) : v_addr;  // what P V reads
   const uint32_t p_addr = sm90::smem_u32(smem_p) + consumer * Config::kPBytes;  // this warpgroup's P tile
   // A warp's arrival on a stage's empty barrier, once all its lanes are past their wait.
   auto release = [&](uint64_t* empty) {
@@ -82,45 +90,76 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
     const int wg_row0 = wt.row0 + consumer * 64;  // this thread's rows: + 16 warp + group, + 8
     const AccumulatorCoords at{wg_row0 + warp * 16 + lane / 4, lane % 4};
+    // fp8: q_descale k_descale of the tile's (sequence, kv head) folds into the softmax scale.
+    const float qk_descale = [&] {
+      if constexpr (Config::kFp8) return qk_descale_of(p, b, h);
+      else return 1.f;
+    }();
+    const float tile_scale_log2 = [&] {
+      if constexpr (Config::kFp8) return Config::kGeneralScore ? kLog2e : p.score.scale * qk_descale * kLog2e;
+      else return scale_log2;
+    }();
 
     float o[kORegs];
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
     float s[kSRegs];
-    uint32_t p_frag[Config::kPInSmem ? 1 : kBlockN / 16][4];  // P as registers (not kPInSmem)
+    uint32_t p_frag[Config::kPInSmem ? 1 : kBlockN / (Config::kFp8 ? 32 : 16)][4];  // P as registers (not kPInSmem)
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
 
-    // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4).
+    // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4). fp8: k32 step j
+    // reads column block 32 j / W at byte offset 32 j % W (W = kQKSwizzle, rows of W bytes).
     auto issue_qk = [&](int stage) {
       const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKBytes);
       sm90::wgmma_fence();
+      if constexpr (Config::kFp8) {
+        constexpr int kW = Config::kQKSwizzle;
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 16; ++j) {
-        const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
-        const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
-        sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
-                                                      j > 0);
+        for (int j = 0; j < kHeadDim / 32; ++j) {
+          const uint32_t q_step = q_base + (32 * j / kW) * kBlockM * kW + (32 * j) % kW;
+          const uint32_t k_step = k_base + (32 * j / kW) * kBlockN * kW + (32 * j) % kW;
+          sm90::WgmmaE4m3<kBlockN>::ss(s, sm90::kmajor_descriptor_sw<kW>(q_step), sm90::kmajor_descriptor_sw<kW>(k_step), j > 0);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kHeadDim / 16; ++j) {
+          const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
+          const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
+          sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
+                                                        j > 0);
+        }
       }
       sm90::wgmma_commit();
     };
     // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
     // blocks kBlockN * 128 bytes apart (MN-major).
     // With P in shared memory its k16 step kk reads column block kk / 4 at byte offset 32 * (kk % 4).
+    // fp8: k32 step kk of Vt (K-major, keys in 128-key blocks of kHeadDimV rows) reads block
+    // kk / 4 at byte offset 32 (kk % 4).
     auto issue_pv = [&](int stage) {
-      const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
-      sm90::wgmma_fence();
-      if constexpr (Config::kPInSmem) {
-        const uint32_t p_base = sm90::opaque_u32(p_addr);
+      if constexpr (Config::kFp8) {
+        const uint32_t vt_base = sm90::opaque_u32(pv_addr + stage * Config::kVtBytes);
+        sm90::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          sm90::Wgmma<Element, kHeadDimV>::template ss<1>(
-              o, sm90::kmajor_descriptor_at(p_base + (kk / 4) * 64 * 128 + (kk % 4) * 32),
-              sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+        for (int kk = 0; kk < kBlockN / 32; ++kk)
+          sm90::WgmmaE4m3<kHeadDimV>::rs(o, p_frag[kk],
+                                         sm90::kmajor_descriptor_sw<128>(vt_base + (kk / 4) * kHeadDimV * 128 + (kk % 4) * 32), 1);
       } else {
+        const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
+        sm90::wgmma_fence();
+        if constexpr (Config::kPInSmem) {
+          const uint32_t p_base = sm90::opaque_u32(p_addr);
 #pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128),
-                                                          1);
+          for (int kk = 0; kk < kBlockN / 16; ++kk)
+            sm90::Wgmma<Element, kHeadDimV>::template ss<1>(
+                o, sm90::kmajor_descriptor_at(p_base + (kk / 4) * 64 * 128 + (kk % 4) * 32),
+                sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < kBlockN / 16; ++kk)
+            sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk],
+                                                            sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+        }
       }
       sm90::wgmma_commit();
     };
@@ -134,6 +173,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         sm90::store_accumulators_sw128<Element, kBlockN, false>(p_addr, s, kUnscaled, warp, lane);
         sm90::fence_async_shared();
         sm90::named_barrier_sync_of<kPBarrier, 128>(consumer);
+      } else if constexpr (Config::kFp8) {
+        sm90::pack_fragments_e4m3(p_frag, s);
       } else {
         sm90::pack_fragments<Element>(p_frag, s);
       }
@@ -143,7 +184,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     // memory there. P is 0 for them, but 0 * NaN is NaN: the consumers clear those V rows (each
     // 128-byte row of each column block; the swizzle permutes chunks within a row) before the stage
     // is used. Dense without seqused_k needs nothing: the rows are out of bounds and zero-filled.
+    // (fp8: the transposing warps write those keys of Vt as zeros.)
     auto clear_v_tail = [&](int stage, int tile) {
+      if constexpr (Config::kFp8) return;
       const bool clear_tails = p.lens.cu_seqlens_k != nullptr || p.lens.seqused_k != nullptr;
       const int first = sk - tile * kBlockN;  // first row of the stage past the sequence
       if (!clear_tails || first >= kBlockN) return;
@@ -170,18 +213,22 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     // after the branch, per warp of 16 rows: ptxas allocates that without spills.
     auto softmax_tile = [&](int tile, auto wait_pv) {
       const int key0 = tile * kBlockN;
-      scores_to_logits<Config::kGeneralScore>(s, p, at, key0, b, h, sq, sk);
-      if constexpr (Config::kPInSmem) {
+      if constexpr (Config::kFp8)
+        scores_to_logits<Config::kGeneralScore>(s, ScoreParams{p.score.scale * qk_descale, p.score.softcap}, p, at, key0, b, h, sq, sk);
+      else
+        scores_to_logits<Config::kGeneralScore>(s, p.score, p, at, key0, b, h, sq, sk);
+      if constexpr (Config::kNoKeyLimits) {
         // Calls without causal or window limits only (the launch checks): the last key tile is the
         // only masked one, the same for every row, and the mask needs no P V wait (no P registers
-        // to reuse): the general interval mask's registers spill these 192 x 192 tiles.
+        // to reuse): the general interval mask's registers spill these 192 x 192 tiles (and fp8's
+        // 128 x 224).
         if (key0 + kBlockN > sk) mask_keys_past_end(s, at, key0, sk);
-        softmax_update(s, row_max, row_sum, scale_log2, rescale);
+        softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below
         wait_pv();
       } else if constexpr (!Config::kGeneralScore) {
         if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
-          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
           // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
           // longer overlap the P V wgmmas.
           sm90::fence_accumulators(s);
@@ -189,15 +236,15 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         } else {
           wait_pv();
           mask_scores<true>(s, p.mask, at, key0, sq, sk);
-          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
         }
       } else {
         const int warp_row0 = wg_row0 + 16 * warp;
         if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
-          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
         } else {
           mask_scores<false>(s, p.mask, at, key0, sq, sk);
-          softmax_update(s, row_max, row_sum, scale_log2, rescale);
+          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
         }
         sm90::fence_accumulators(s);  // as above
         wait_pv();

@@ -1,5 +1,6 @@
 // The FA3 forward's epilogue of one work tile: normalise O, write it (TMA stores from a staging
-// area in the V ring, or from registers) and the LSE.
+// area in the V ring, or from registers) and the LSE. fp8: O also times the tile's v_descale,
+// written in Config::OutElement; the LSE undoes the softmax scale's descales and P's shift.
 #pragma once
 
 #include <cuda.h>
@@ -13,6 +14,7 @@
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/warpgroup.cuh"
 #include "common/problem.h"
+#include "fa3/fp8_descale.cuh"
 #include "fa3/fwd_config.h"
 #include "fa3/fwd_scheduler.cuh"
 #include "fa3/fwd_smem.cuh"
@@ -27,7 +29,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
                                              uint32_t done, const float (&o)[Config::kHeadDimV / 2], const float (&row_max)[2],
                                              float (&row_sum)[2], AccumulatorCoords at, int sq, int consumer, int warp, int lane,
                                              uint32_t v_addr) {
-  using Element = typename Config::Element;
+  using Element = typename Config::OutElement;
   constexpr int kBlockM = Config::kBlockM, kStages = Config::kStages;
   constexpr int kColumnBlocksV = Config::kColumnBlocksV, kHeadDimV = Config::kHeadDimV;
   constexpr int kORegs = kHeadDimV / 2;
@@ -43,12 +45,18 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
   // Each row's sum (the quad's four parts) and its normaliser; 0 for a row that saw no key.
   float inv[2];
   bool empty[2];
+  // fp8: O of the dequantised V is v_descale times O of the stored one.
+  const float out_scale = [&] {
+    if constexpr (Config::kFp8) return v_descale_of(p, b_out, h_out);
+    else return 1.f;
+  }();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
     empty[r] = row_max[r] == -INFINITY || row_sum[r] == 0.f;
-    inv[r] = empty[r] ? 0.f : 1.f / row_sum[r];
+    if constexpr (Config::kFp8) inv[r] = empty[r] ? 0.f : out_scale / row_sum[r];
+    else inv[r] = empty[r] ? 0.f : 1.f / row_sum[r];
   }
   if (maps.o_by_tma) {
     // Every warpgroup's last P V has read the V ring; then the block's rows, staged by every
@@ -87,9 +95,13 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
     // The running max is in the score units of the softmax (see fwd_softmax.cuh): times the
     // scale folded into exp2 (scale_log2 / log2(e), read here rather than kept in a register),
     // it is a natural-log logit.
-    const float max_scale = Config::kGeneralScore ? 1.f : p.score.scale;
+    // fp8: the scale was times q_descale k_descale, and the row sum carries P's 2^kPShift.
+    float max_scale = Config::kGeneralScore ? 1.f : p.score.scale;
+    if constexpr (Config::kFp8 && !Config::kGeneralScore) max_scale *= qk_descale_of(p, b_out, h_out);
+    constexpr float kShiftLn = float(Config::kPShift) * 0.6931471805599453f;
     if (at.quad == 0 && p.lse.defined())
-      p.lse.data[p.lse.offset(b_out, row, h_out)] = empty[r] ? -INFINITY : row_max[r] * max_scale + logf(row_sum[r]);
+      p.lse.data[p.lse.offset(b_out, row, h_out)] =
+          empty[r] ? -INFINITY : row_max[r] * max_scale + (Config::kPShift != 0 ? logf(row_sum[r]) - kShiftLn : logf(row_sum[r]));
   }
 }
 

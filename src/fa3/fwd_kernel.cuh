@@ -13,6 +13,8 @@
 //
 // The roles: fwd_producer.cuh (work tiles and loads), fwd_consumer.cuh (the mainloop),
 // fwd_epilogue.cuh (O and the LSE); fwd_smem.cuh (the shared-memory layout), fwd_config.h.
+// fp8 (Fp8FwdConfig, fp8_fwd_config.h): the same roles on e4m3 wgmmas, and warps 1..3 of the
+// producer warpgroup transpose each V tile for the P V GEMM (fwd_transpose.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +29,7 @@
 #include "fa3/fwd_producer.cuh"
 #include "fa3/fwd_scheduler.cuh"
 #include "fa3/fwd_smem.cuh"
+#include "fa3/fwd_transpose.cuh"
 
 namespace flashattn::fa3 {
 
@@ -43,7 +46,16 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     sm.pipeline_k->init(kConsumerWarps);
-    sm.pipeline_v->init(kConsumerWarps);
+    if constexpr (Config::kFp8) {
+      // V stages are read by the transposing warps; their Vt stages by the consumers.
+      sm.pipeline_v->init(Config::kTransposeWarps);
+      for (int s = 0; s < Config::kStages; ++s) {
+        sm90::mbarrier_init(&sm.pipeline_vt->full[s], Config::kTransposeWarps);
+        sm90::mbarrier_init(&sm.pipeline_vt->empty[s], kConsumerWarps);
+      }
+    } else {
+      sm.pipeline_v->init(kConsumerWarps);
+    }
     sm90::mbarrier_init(sm.q_full, 1);
     // Every consumer thread arrives on Q empty (not one per warp): each reader of the tile slot
     // releases it itself, and the producer rewrites the slot only after that barrier.
@@ -54,6 +66,12 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   __syncthreads();
   if (warpgroup == 0) {
     sm90::warpgroup_registers_decrease<Config::kProducerRegisters>();
+    if constexpr (Config::kFp8) {
+      if (threadIdx.x >= 32) {
+        fwd_transpose_v<Config>(sm, int(threadIdx.x) / 32 - 1);
+        return;
+      }
+    }
     if (threadIdx.x == 0) fwd_produce<Config>(maps, p, grid, sm);
     return;
   }

@@ -65,7 +65,9 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* ma
 }
 
 Status check(const AttnProblem& p) {
-  if (p.dtype == DType::F8E4M3) return unsupported("has no float8_e4m3fn kernels yet (the CPU backend runs fp8)");
+  if (p.dtype == DType::F8E4M3)
+    return kFp8FwdEnabled ? check_fp8(p)
+                          : unsupported("has float8_e4m3fn kernels that are built but not yet validated on a GPU (the CPU backend runs fp8)");
   if (p.dtype != DType::F16 && p.dtype != DType::BF16) return unsupported("takes float16 or bfloat16");
   if (p.out_dtype != p.dtype) return unsupported("writes out in the dtype of q");
   const int d = kernel_head_dim(p.head_dim), dv = kernel_head_dim(p.head_dim_v);
@@ -88,6 +90,7 @@ Status check(const AttnProblem& p) {
 
 Status fwd(const AttnProblem& p, void* stream) {
   if (Status st = require_sm90("fa3 fwd"); !st.ok()) return st;
+  if (kFp8FwdEnabled && p.dtype == DType::F8E4M3) return fwd_fp8(p, stream);
   if (Status st = check(p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;

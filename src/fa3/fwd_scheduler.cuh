@@ -36,8 +36,12 @@ struct WorkTile {
 };
 
 // The tile a CTA takes after tile w (>= grid.work_tiles: none left). Called by the producer thread.
+// kRereadGridSize: gridDim.x read from its special register at each call instead of being kept.
+template <bool kRereadGridSize = false>
 __device__ __forceinline__ int next_work_tile(const FwdGrid& grid, int w) {
-  return grid.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(grid.tile_counter, 1) : w + int(gridDim.x);
+  int ctas = int(gridDim.x);
+  if constexpr (kRereadGridSize) asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(ctas));
+  return grid.tile_counter != nullptr ? ctas + atomicAdd(grid.tile_counter, 1) : w + ctas;
 }
 
 // The (sequence, query head) of work tile w and its rank among that head's row blocks, counted

@@ -1,6 +1,6 @@
 // Where the FA3 forward's tiles and barriers live in a CTA's shared memory (FwdConfig's layout):
-// Q, then the K and V rings, the P tiles (FwdConfig::kPInSmem), then the barriers; and the tile
-// slots through which the producer hands work tiles to the consumers.
+// Q, then the K and V rings, the transposed V ring (fp8), the P tiles (FwdConfig::kPInSmem), then
+// the barriers; and the tile slots through which the producer hands work tiles to the consumers.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,8 @@ struct FwdSmem {
   Element* q;
   Element* k;
   Element* v;
-  unsigned char* p;  // kPInSmem
+  unsigned char* vt;  // fp8: V transposed (Fp8FwdConfig), what the consumers' P V reads
+  unsigned char* p;   // kPInSmem
   // K and V have separate pipelines: a K stage is released as soon as S = Q K^T is done, so the
   // next K load overlaps the softmax; V is released after P V. Sharing one barrier per (K, V)
   // stage would hold K until P V finishes and leave the next load exposed.
@@ -35,6 +36,11 @@ struct FwdSmem {
   // O of the previous work tile read by its TMA stores: the next tile's V may overwrite the
   // staging area.
   uint64_t* o_empty;
+  // fp8: the transposing warps' ring (full: all of them wrote a stage; empty: every consumer warp
+  // released it), and per V stage the keys of the tile that are in the sequence (the loader writes
+  // it before the stage's loads; -1: no tile left, the transposing warps stop).
+  sm90::Pipeline<Config::kStages>* pipeline_vt = nullptr;
+  int* v_keys = nullptr;
   // The work tiles the producer picked for the consumers, -1 when none is left (fwd_scheduler.cuh),
   // the CTA's n-th tile in slot n % 2: the consumers read a tile's slot again for its epilogue
   // (cheaper than keeping the tile in a register through the loop), and the producer writes that
@@ -47,12 +53,17 @@ struct FwdSmem {
     q = reinterpret_cast<Element*>(smem);
     k = reinterpret_cast<Element*>(smem + Config::kQBytes);
     v = reinterpret_cast<Element*>(smem + Config::kQBytes + Config::kStages * Config::kKBytes);
-    p = smem + Config::kQBytes + Config::kStages * (Config::kKBytes + Config::kVBytes);
+    vt = smem + Config::kQBytes + Config::kStages * (Config::kKBytes + Config::kVBytes);
+    p = vt + Config::kStages * Config::kVtBytes;
     pipeline_k = reinterpret_cast<sm90::Pipeline<Config::kStages>*>(p + Config::kConsumers * Config::kPBytes);
     pipeline_v = pipeline_k + 1;
     q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
     q_empty = q_full + 1;
     o_empty = q_empty + 1;
+    if constexpr (Config::kFp8) {
+      pipeline_vt = reinterpret_cast<sm90::Pipeline<Config::kStages>*>(o_empty + 1);
+      v_keys = reinterpret_cast<int*>(pipeline_vt + 1);
+    }
   }
   __device__ __forceinline__ uint32_t tile_slot(uint32_t n) const { return sm90::smem_u32(&tile_slots[n & 1u]); }
 };

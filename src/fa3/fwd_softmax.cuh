@@ -28,11 +28,11 @@ struct AccumulatorCoords {
 
 // Softcap, ALiBi or scale <= 0 (kGeneralScore): scores become natural-log logits. Compile-time, so
 // the plain path has no per-element branch.
+// `score`: the call's (fp8: its scale times the tile's q_descale k_descale).
 template <bool kGeneralScore, int kRegs>
-__device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const AttnProblem& p, AccumulatorCoords at, int key0,
-                                                 int64_t b, int64_t h, int sq, int sk) {
+__device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const ScoreParams score, const AttnProblem& p, AccumulatorCoords at,
+                                                 int key0, int64_t b, int64_t h, int sq, int sk) {
   if constexpr (kGeneralScore) {
-    const ScoreParams score = p.score;
     const float slope = p.alibi_slope(b, h);
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) {
@@ -88,8 +88,9 @@ __device__ __forceinline__ void mask_keys_past_end(float (&s)[kRegs], Accumulato
 }
 
 // Online softmax update for one tile: new running max per row, the factor that rescales the
-// running sum and O, and s replaced by exp2(s * scale_log2 - max * scale_log2) (unnormalised P).
-template <int kRegs>
+// running sum and O, and s replaced by exp2(s * scale_log2 - max * scale_log2 + kPShift)
+// (unnormalised P, times 2^kPShift: fp8's P keeps its small weights in e4m3's normal range).
+template <int kPShift = 0, int kRegs>
 __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
 #pragma unroll
@@ -105,11 +106,12 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
     const float max_scaled = new_max == -INFINITY ? 0.f : new_max * scale_log2;
     rescale[r] = sm80::fast_exp2(row_max[r] * scale_log2 - max_scaled);
     row_max[r] = new_max;
+    const float offset = kPShift != 0 ? max_scaled - float(kPShift) : max_scaled;
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)
       if ((i % 4) / 2 == r) {
-        s[i] = sm80::fast_exp2(fmaf(s[i], scale_log2, -max_scaled));
+        s[i] = sm80::fast_exp2(fmaf(s[i], scale_log2, -offset));
         sum += s[i];
       }
     row_sum[r] = row_sum[r] * rescale[r] + sum;

@@ -26,11 +26,12 @@ inline SeqlenBounds seqlen_bounds(const AttnProblem& p) {
   return {varlen ? p.lens.total_q : p.lens.seqlen_q, varlen ? p.lens.total_k : p.lens.seqlen_k};
 }
 
-// (head_dim, heads, seqlen, batch) with a 64 x 1 x box_rows x 1 box, 128-byte swizzle. Varlen
+// (head_dim, heads, seqlen, batch) with a (swizzle_bytes of elements) x 1 x box_rows x 1 box in that
+// swizzle (128 bytes: 64 elements of fp16/bf16, 128 of fp8; 64 bytes: fp8 only). Varlen
 // (cu_seqlens set): all `seqlen` rows as one sequence (batch extent 1); kernels add cu_seqlens[b]
 // to the row.
 Status map_rows(CUtensorMap* map, const RowsView& view, DType dtype, int64_t dim, int64_t heads, int64_t seqlen, int64_t batch,
-                uint32_t box_rows);
+                uint32_t box_rows, int swizzle_bytes = 128);
 
 // Multiprocessors of the current device.
 int sm_count();

@@ -19,6 +19,7 @@ std::string AttentionCase::name() const {
     << head_dim;
   if (head_dim_v > 0) s << "_dv" << head_dim_v;
   s << "_" << dtype_name(dtype);
+  if (fp8() && fp8_out != DType::BF16) s << "_out" << dtype_name(fp8_out);
   if (causal) s << "_causal";
   if (window_left >= 0 || window_right >= 0) s << "_win" << window_left << "_" << window_right;
   if (softcap > 0) s << "_softcap";

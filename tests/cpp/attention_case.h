@@ -38,11 +38,12 @@ struct AttentionCase {
   int num_splits = 1;
   std::optional<float> softmax_scale;  // unset: the API's default 1/sqrt(head_dim)
   uint64_t seed = 1;
+  DType fp8_out = DType::BF16;  // out's dtype with fp8 inputs: bfloat16 (FlashAttention-3's) or float16
 
   int dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   bool fp8() const { return dtype == DType::F8E4M3; }
-  // fp8 inputs write bfloat16, as FlashAttention-3.
-  DType out_dtype() const { return fp8() ? DType::BF16 : dtype; }
+  // fp8 inputs write bfloat16 (as FlashAttention-3) unless fp8_out says float16.
+  DType out_dtype() const { return fp8() ? fp8_out : dtype; }
   bool varlen() const { return varlen_layout || !varlen_q.empty(); }
   std::string name() const;
 };

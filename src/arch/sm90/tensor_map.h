@@ -23,4 +23,8 @@ struct TensorMapShape {
 // out-of-bounds elements read as zero.
 Status encode_tensor_map_sw128(CUtensorMap* map, const void* base, DType dtype, const TensorMapShape& shape);
 
+// fp16/bf16 or fp8 e4m3 (moved as bytes) with a 128- or 64-byte swizzle: the box's inner extent
+// is swizzle_bytes of elements; out-of-bounds elements read as zero.
+Status encode_tensor_map(CUtensorMap* map, const void* base, DType dtype, const TensorMapShape& shape, int swizzle_bytes);
+
 }  // namespace flashattn::sm90

@@ -66,7 +66,9 @@ class DeviceMirror {
   std::vector<std::pair<TensorView, TensorView>> outputs_;
 };
 
-inline Status fwd_on_device(const FwdParams& host) {
+// `call` runs on the device params (fwd_on_device: the public fwd; a test may force a kernel).
+template <typename Call>
+Status fwd_on_device_with(const FwdParams& host, Call&& call) {
   DeviceMirror m;
   FwdParams d = host;
   d.q = m.upload(host.q);
@@ -82,9 +84,13 @@ inline Status fwd_on_device(const FwdParams& host) {
   d.v_descale = m.upload(host.v_descale);
   d.out = m.output(host.out);
   d.softmax_lse = m.output(host.softmax_lse);
-  const Status st = fwd(d);
+  const Status st = call(d);
   m.download();
   return st;
+}
+
+inline Status fwd_on_device(const FwdParams& host) {
+  return fwd_on_device_with(host, [](const FwdParams& d) { return fwd(d); });
 }
 
 inline Status kvcache_on_device(const KvCacheParams& host) {

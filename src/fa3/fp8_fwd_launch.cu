@@ -1,0 +1,154 @@
+// The FA3 fp8 forward's entry: which calls it covers (check_fp8), the plan of a call, its tensor
+// maps, and the dispatch to the head-dim translation units (fp8_fwd_hdim*.cu).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "fa3/fa3_backend.h"
+#include "fa3/fp8_fwd_launch.cuh"
+#include "fa3/fp8_fwd_plan.h"
+#include "fa3/fp8_fwd_tiles.h"
+#include "fa3/launch_common.h"
+
+namespace flashattn::fa3 {
+namespace {
+
+Status unsupported(const std::string& why) { return Status::error(ErrorCode::Unsupported, "q", "fa3 fp8 fwd: " + why); }
+
+// The head dim an fp8 call runs at: 64, 128 or 256 (its q/k and v head dims in one class).
+int fp8_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
+// Whether a block_m x block_n tile pads the problem by at most `slack` more than base_m x base_n
+// (as fwd_tuning.h's rule for the 16-bit tiles).
+bool pads_at_most(int64_t sq, int64_t sk, int block_m, int block_n, int base_m, int base_n, double slack) {
+  auto padded = [](int64_t x, int block) { return double((x + block - 1) / block * block); };
+  return padded(sq, block_m) * padded(sk, block_n) <= (1.0 + slack) * padded(sq, base_m) * padded(sk, base_n);
+}
+
+bool dense_out(const AttnProblem& p) {
+  return p.lens.cu_seqlens_q == nullptr && p.out.cu_seqlens == nullptr && p.out.block_table == nullptr &&
+         p.out.batch_index == nullptr;
+}
+
+Fp8FwdPlan plan_of(const Fp8Tile& t, const AttnProblem& p) {
+  Fp8FwdPlan plan;
+  plan.head_dim = t.head_dim;
+  plan.block_m = t.block_m;
+  plan.block_n = t.block_n;
+  plan.general_score = t.general_score;
+  plan.pingpong = t.pingpong;
+  // O by TMA stores from a value head dim of 128 on dense calls (the 16-bit rule, fwd_launch.cu).
+  plan.tma_store_o = t.head_dim >= 128 && dense_out(p) && fp8_tile_stages_o(t);
+  return plan;
+}
+
+const Fp8Tile* find_tile(int head_dim, int block_m, int block_n, bool general_score, bool pingpong) {
+  for (const Fp8Tile& t : kFp8Tiles)
+    if (t.head_dim == head_dim && t.block_m == block_m && t.block_n == block_n && t.general_score == general_score &&
+        t.pingpong == pingpong)
+      return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+Status check_fp8(const AttnProblem& p) {
+  if (p.dtype != DType::F8E4M3) return unsupported("takes float8_e4m3fn q, k and v");
+  if (p.out_dtype != DType::BF16 && p.out_dtype != DType::F16) return unsupported("writes out in bfloat16 or float16");
+  const int d = fp8_head_dim(p.head_dim), dv = fp8_head_dim(p.head_dim_v);
+  if (d != dv)
+    return unsupported("head_dim and head_dim_v in the same size class (<= 64, <= 128, <= 256), got " + std::to_string(p.head_dim) +
+                       " / " + std::to_string(p.head_dim_v));
+  // Everything else as the 16-bit forward covers it (layouts, no KV cache, dropout or split-KV,
+  // index bounds): its check on the same call in 16 bits at the kernel's head dim.
+  AttnProblem as16 = p;
+  as16.dtype = as16.out_dtype = DType::BF16;
+  as16.head_dim = as16.head_dim_v = d;
+  return check(as16);
+}
+
+Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
+  const int d = fp8_head_dim(std::max(p.head_dim, p.head_dim_v));
+  const int64_t sq = p.lens.seqlen_q, sk = p.lens.seqlen_k;
+  const bool general = !p.plain_forward_scores(), masked = p.mask.limits_keys();
+  const Fp8Tile* tile = nullptr;
+  if (general) {
+    tile = find_tile(d, 128, d == 256 ? 64 : 128, true, false);
+  } else if (d == 64) {
+    // Three consumer warpgroups (192 rows) unless that pads the call 7 % more than 128 x 128;
+    // 160 keys (FA3's tile) without causal or window limits.
+    if (!masked && pads_at_most(sq, sk, 192, 160, 128, 128, 0.07)) tile = find_tile(64, 192, 160, false, true);
+    else if (pads_at_most(sq, sk, 192, 128, 128, 128, 0.07)) tile = find_tile(64, 192, 128, false, true);
+    else tile = find_tile(64, 128, 128, false, true);
+  } else if (d == 128) {
+    // 224 keys (FA3's tile) from 1k keys without causal or window limits, when that pads the keys
+    // at most 4 % more than 128.
+    const bool wide = !masked && sk >= 1024 && pads_at_most(1, sk, 1, 224, 1, 128, 0.04);
+    tile = find_tile(128, 128, wide ? 224 : 128, false, true);
+  } else {
+    // Unmasked: 128 keys (FA3's tile) without ping-pong (the 16-bit rule: unmasked d256 is
+    // GEMM-bound); masked: 96 keys with ping-pong (128 spills with the interval mask).
+    tile = masked ? find_tile(256, 128, 96, false, true) : find_tile(256, 128, 128, false, false);
+  }
+  return tile != nullptr ? plan_of(*tile, p) : Fp8FwdPlan{};
+}
+
+std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& p) {
+  std::vector<Fp8FwdPlan> plans;
+  const int d = fp8_head_dim(std::max(p.head_dim, p.head_dim_v));
+  for (const Fp8Tile& t : kFp8Tiles)
+    if (t.head_dim == d && t.general_score == !p.plain_forward_scores() && !(t.no_key_limits && p.mask.limits_keys()))
+      plans.push_back(plan_of(t, p));
+  return plans;
+}
+
+Status make_fp8_fwd_maps(const AttnProblem& p, int block_m, int block_n, int swizzle_bytes, bool o_by_tma, FwdMaps* maps) {
+  const bool varlen = p.lens.cu_seqlens_q != nullptr;
+  const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
+  if (Status st = map_rows(&maps->q, p.q, p.dtype, p.head_dim, p.heads_q, query_rows, p.batch, uint32_t(block_m), swizzle_bytes);
+      !st.ok())
+    return st;
+  // As make_fwd_maps: a one-row extent for calls without keys (never read), q's base for a null K/V.
+  const int64_t key_rows = std::max<int64_t>(varlen ? p.lens.total_k : p.lens.seqlen_k, 1);
+  RowsView k_view = p.k, v_view = p.v;
+  if (k_view.data == nullptr) k_view.data = p.q.data;
+  if (v_view.data == nullptr) v_view.data = p.q.data;
+  if (Status st = map_rows(&maps->k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, uint32_t(block_n), swizzle_bytes);
+      !st.ok())
+    return st;
+  if (Status st = map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n), swizzle_bytes);
+      !st.ok())
+    return st;
+  maps->o_by_tma = 0;
+  if (o_by_tma && dense_out(p) &&
+      map_rows(&maps->o, p.out, p.out_dtype, p.head_dim_v, p.heads_q, query_rows, p.batch, uint32_t(block_m)).ok())
+    maps->o_by_tma = 1;
+  return {};
+}
+
+Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan) {
+  if (Status st = require_sm90("fa3 fp8 fwd"); !st.ok()) return st;
+  if (Status st = check_fp8(p); !st.ok()) return st;
+  const Fp8FwdPlan plan = forced_plan != nullptr ? *forced_plan : fp8_fwd_plan(p);
+  if (plan.head_dim != fp8_head_dim(std::max(p.head_dim, p.head_dim_v)))
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 fp8 fwd: the plan's head dim " + std::to_string(plan.head_dim) + " is not the call's class");
+  if (plan.general_score != !p.plain_forward_scores())
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 fp8 fwd: the plan's general_score must say whether the call has softcap, ALiBi or a scale <= 0");
+  if (plan.tma_store_o && !dense_out(p))
+    return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 fp8 fwd: TMA stores of O need a dense (not varlen) out");
+  const auto s = static_cast<cudaStream_t>(stream);
+  AttnProblem clamped = p;
+  const SeqlenBounds bounds = seqlen_bounds(p);
+  clamped.mask = clamp_windows(p.mask, bounds.q, bounds.k);
+  switch (plan.head_dim) {
+    case 64: return fp8_fwd_hdim64(clamped, s, plan);
+    case 128: return fp8_fwd_hdim128(clamped, s, plan);
+    default: return fp8_fwd_hdim256(clamped, s, plan);
+  }
+}
+
+}  // namespace flashattn::fa3

@@ -1,0 +1,30 @@
+// The fp8 forward kernels that are built (one Fp8FwdConfig each, times the two output dtypes):
+// the plan function (fp8_fwd_launch.cu) chooses among them, and each fp8_fwd_hdim*.cu instantiates
+// those of its head dim from this list. Host and device.
+#pragma once
+
+namespace flashattn::fa3 {
+
+struct Fp8Tile {
+  int head_dim, block_m, block_n;
+  bool general_score, pingpong;
+  bool no_key_limits = false;  // only calls without causal or window limits (FwdConfig::kNoKeyLimits)
+};
+
+// FlashAttention-3's fp8 tiles (d64 192 x 160, d128 128 x 224 for calls without causal or window
+// limits, d256 128 x 128), 128-key tiles for masked and short calls, and the general-score
+// (softcap, ALiBi) tiles without ping-pong.
+inline constexpr Fp8Tile kFp8Tiles[] = {
+    {64, 192, 160, false, true, true},   {64, 192, 128, false, true},  {64, 128, 128, false, true},  {64, 128, 128, true, false},
+    {128, 128, 224, false, true, true},  {128, 128, 128, false, true}, {128, 128, 128, true, false},
+    {256, 128, 128, false, false, true}, {256, 128, 96, false, true},  {256, 128, 64, true, false},
+};
+inline constexpr int kFp8TileCount = int(sizeof(kFp8Tiles) / sizeof(kFp8Tiles[0]));
+
+// Whether O fits in the last bytes of the tile's two V stages for its TMA store (Fp8FwdConfig).
+constexpr bool fp8_tile_stages_o(const Fp8Tile& t) {
+  const int o = t.block_m * t.head_dim * 2, v = 2 * t.block_n * t.head_dim;
+  return o <= v && (v - o) % 1024 == 0;
+}
+
+}  // namespace flashattn::fa3
