@@ -35,8 +35,10 @@ inline AttentionCase two_sequences(int seqlen_q, int seqlen_k, int heads_q, int 
 
 // Runs the backward on `backend` `runs` times (out and lse from that backend's forward; dense
 // cases), poisoning the gradients before each run, and hands each run's gradients to `check`.
+// `call` runs the backward on the device params (default: the public API).
 using RunCheck = std::function<void(int run, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv)>;
-inline void repeat_backward(const AttentionCase& c, Backend backend, bool deterministic, int runs, const RunCheck& check) {
+inline void repeat_backward(const AttentionCase& c, Backend backend, bool deterministic, int runs, const RunCheck& check,
+                            const gpu_test::DeviceBwd& call = {}) {
   AttentionRun run(c);
   run.out = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()});
   run.lse = HostTensor(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
@@ -58,7 +60,7 @@ inline void repeat_backward(const AttentionCase& c, Backend backend, bool determ
   for (int rep = 0; rep < runs; ++rep) {
     for (const TensorView* t : {&d.dq, &d.dk, &d.dv})
       CUDA_CHECK(cudaMemset(t->data, 0xff, size_t(t->numel()) * dtype_size(t->dtype)));
-    const Status st = bwd(d);
+    const Status st = call ? call(d) : bwd(d);
     ASSERT_TRUE(st.ok()) << st.message();
     m.download();
     check(rep, dq, dk, dv);
@@ -67,7 +69,8 @@ inline void repeat_backward(const AttentionCase& c, Backend backend, bool determ
 }
 
 // `runs` runs whose gradients are bitwise equal.
-inline void expect_backward_runs_bitwise_equal(const AttentionCase& c, Backend backend, bool deterministic, int runs) {
+inline void expect_backward_runs_bitwise_equal(const AttentionCase& c, Backend backend, bool deterministic, int runs,
+                                               const gpu_test::DeviceBwd& call = {}) {
   std::vector<uint8_t> first[3];
   repeat_backward(c, backend, deterministic, runs, [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
     const std::vector<uint8_t> now[3] = {bytes_of(dq), bytes_of(dk), bytes_of(dv)};
@@ -78,13 +81,14 @@ inline void expect_backward_runs_bitwise_equal(const AttentionCase& c, Backend b
       }
       ASSERT_EQ(first[i], now[i]) << "gradient " << "qkv"[i] << ", run " << rep;
     }
-  });
+  }, call);
 }
 
 // Atomic dQ adds reorder the float sums between runs, so dQ may move by a rounding step of its
 // dtype; dK and dV are owned by one CTA each and must not move at all. A race (a lost or doubled
 // contribution, a stale read) moves values far more.
-inline void expect_backward_runs_agree(const AttentionCase& c, Backend backend, int runs) {
+inline void expect_backward_runs_agree(const AttentionCase& c, Backend backend, int runs,
+                                       const gpu_test::DeviceBwd& call = {}) {
   std::vector<float> first_dq;
   std::vector<uint8_t> first_dk, first_dv;
   repeat_backward(c, backend, /*deterministic=*/false, runs, [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
@@ -100,7 +104,7 @@ inline void expect_backward_runs_agree(const AttentionCase& c, Backend backend, 
     const std::vector<float> now = dq.to_float();
     const double bound = 2 * rounding_floor(c.dtype, max_abs(first_dq));
     ASSERT_LE(max_abs_diff(now, first_dq), bound) << "dq, run " << rep;
-  });
+  }, call);
 }
 
 }  // namespace flashattn::test
