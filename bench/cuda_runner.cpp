@@ -2,17 +2,48 @@
 // with CUDA (see bench/CMakeLists.txt).
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "api/validate.h"
 #include "cuda_tensors.h"
+#include "fa2/fa2_backend.h"
+#include "fa3/fa3_backend.h"
 #include "kvcache_layout.h"
 #include "params.h"
+#include "plan_flags.h"
 #include "runner.h"
 #include "tensors.h"
 
 namespace flashattn::bench {
 namespace {
+
+// A plan the flags made that cannot run the call: the row is skipped with the library's reason.
+Status skipped_plan(const Status& why) {
+  return Status::error(ErrorCode::Unsupported, "plan", "the forced plan does not run this call: " + why.message());
+}
+
+// The calls of one case, through the backend entries with the flags' plans where flags are given
+// (checked once, before timing), else through the public API.
+Status forced_fwd(const FwdParams& params, const RunSettings& settings, std::function<Status()>* call) {
+  AttnProblem problem;
+  if (Status st = api::make_fwd_problem(params, &problem); !st.ok()) return st;
+  void* stream = params.stream;
+  if (!settings.fa2_fwd_plan.empty()) {
+    fa2::DeviceLimits limits;
+    if (Status st = fa2::device_limits(&limits, "bench: reading the device"); !st.ok()) return st;
+    const fa2::FwdPlan plan = apply_plan_flags(settings.fa2_fwd_plan, fa2::fwd_plan(problem, limits), fa2::fwd_base_plan(problem, limits));
+    if (Status st = fa2::check_fwd_plan(plan, problem, limits); !st.ok()) return skipped_plan(st);
+    *call = [problem, plan, stream] { return fa2::fwd(problem, stream, &plan); };
+  } else {
+    const fa3::FwdPlan plan = apply_plan_flags(settings.fa3_fwd_plan, fa3::fwd_plan(problem));
+    if (Status st = fa3::check(problem); !st.ok()) return st;
+    if (Status st = fa3::check_fwd_plan(plan, problem); !st.ok()) return skipped_plan(st);
+    *call = [problem, plan, stream] { return fa3::fwd(problem, stream, &plan); };
+  }
+  return {};
+}
 
 class CudaRunner final : public Runner {
  public:
@@ -54,7 +85,10 @@ class CudaRunner final : public Runner {
     views.lse = lse.view();
     const FwdParams fp = make_fwd_params(s, views, settings_.backend, stream_);
     if (c.direction == Direction::Fwd) {
-      return time_calls([&] { return fwd(fp); }, row, /*flush_l2=*/false);
+      std::function<Status()> call = [&] { return fwd(fp); };
+      if (!settings_.fa2_fwd_plan.empty() || !settings_.fa3_fwd_plan.empty())
+        if (Status st = forced_fwd(fp, settings_, &call); !st.ok()) return st;
+      return time_calls(call, row, /*flush_l2=*/false);
     }
 
     if (!(st = dout.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, seed + 4)).ok() ||
@@ -70,7 +104,17 @@ class CudaRunner final : public Runner {
     views.dk = dk.view();
     views.dv = dv.view();
     const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_, settings_.deterministic);
-    return time_calls([&] { return bwd(bp); }, row, /*flush_l2=*/false);
+    std::function<Status()> call = [&] { return bwd(bp); };
+    if (!settings_.fa2_bwd_plan.empty()) {
+      BwdProblem problem;
+      if (!(st = api::make_bwd_problem(bp, &problem)).ok()) return st;
+      fa2::DeviceLimits limits;
+      if (!(st = fa2::device_limits(&limits, "bench: reading the device")).ok()) return st;
+      const fa2::BwdPlan plan = apply_plan_flags(settings_.fa2_bwd_plan, fa2::bwd_plan(problem, limits));
+      if (!(st = fa2::check_bwd_plan(plan, problem, limits)).ok()) return skipped_plan(st);
+      call = [problem, plan, stream = stream_] { return fa2::bwd(problem, stream, &plan); };
+    }
+    return time_calls(call, row, /*flush_l2=*/false);
   }
 
  private:
@@ -103,10 +147,22 @@ class CudaRunner final : public Runner {
     const KvCacheViews views{q.view(),     k_cache.view(),     v_cache.view(), k_new.view(), v_new.view(),
                              cache_seqlens.view(), block_table.view(), out.view(),     lse.view()};
     const KvCacheParams params = make_kvcache_params(s, views, settings_.backend, stream_);
+    std::function<Status()> call = [&] { return fwd_kvcache(params); };
+    if (!settings_.fa3_fwd_plan.empty()) return Status::error(ErrorCode::Unsupported, "plan", "fa3 has no fwd_kvcache");
+    if (!settings_.fa2_fwd_plan.empty()) {
+      KvCacheProblem problem;
+      if (!(st = api::make_kvcache_problem(params, &problem)).ok()) return st;
+      fa2::DeviceLimits limits;
+      if (!(st = fa2::device_limits(&limits, "bench: reading the device")).ok()) return st;
+      const fa2::FwdPlan plan = apply_plan_flags(settings_.fa2_fwd_plan, fa2::fwd_plan(problem.attn, limits),
+                                                 fa2::fwd_base_plan(problem.attn, limits));
+      if (!(st = fa2::check_fwd_plan(plan, problem.attn, limits)).ok()) return skipped_plan(st);
+      call = [problem, plan, stream = stream_] { return fa2::fwd_kvcache(problem, stream, &plan); };
+    }
     // With append, every call writes the same k_new/v_new at the same positions: cache_seqlens
     // stays constant, so appending again is idempotent, the cache needs no reset between calls,
     // and every call does the same work without growing anything.
-    return time_calls([&] { return fwd_kvcache(params); }, row, /*flush_l2=*/true);
+    return time_calls(call, row, /*flush_l2=*/true);
   }
 
   // Warm-up calls, then one event pair around each timed call; the events are read only after

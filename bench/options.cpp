@@ -53,6 +53,18 @@ score-matrix memory and the max |difference| of the outputs.
   --no-naive                   skip the naive reference
   --deterministic              backward in its deterministic mode (bitwise reproducible dQ)
   --device N                   CUDA device (default 0)
+  --fa2-fwd-plan K=V[,K=V...]  with --backend fa2: run the FA2 forward with the kernel plan the
+                               library picks per call (src/fa2/fwd_plan.h) changed in these fields:
+                               base=1 (start from the base tiles: what sm80 runs, no decode or
+                               wide d256 tiles), block_m, block_n, warps, stage_pages=0|1; e.g.
+                               base=1, or block_m=64,block_n=64 (calls the plan cannot run are
+                               skipped, with the library's reason)
+  --fa2-bwd-plan K=V[,K=V...]  with --backend fa2: the FA2 backward's plan (src/fa2/bwd_plan.h):
+                               block_m, key_tiles=1|2, stages=1|2, dq_bulk=0|1; e.g. key_tiles=1
+  --fa3-fwd-plan K=V[,K=V...]  with --backend fa3: the FA3 forward's plan (src/fa3/fwd_plan.h):
+                               block_n, consumers=2|3, pingpong=0|1, tma_store=0|1 (O by TMA
+                               stores), section_mb=N (the dynamic schedule's sections; 0 = one head
+                               each); e.g. pingpong=0,block_n=144
   --json FILE                  also write every row as JSON
   -h, --help                   this text
 )";
@@ -124,6 +136,13 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
   // --kvcache and --append shape a --shape given anywhere on the line; applied after the loop.
   KvCache kvcache;
   bool kvcache_given = false;
+  auto set_plan_flags = [&](PlanFamily family, const std::string& v, PlanFlags* flags) {
+    std::string why;
+    const std::optional<PlanFlags> parsed = parse_plan_flags(family, v, &why);
+    if (!parsed) *error = "invalid plan '" + v + "': " + why;
+    if (parsed) *flags = *parsed;
+    return parsed.has_value();
+  };
   auto bad = [&](const std::string& option, const std::string& value) {
     *error = "invalid value '" + value + "' for " + option;
     return std::nullopt;
@@ -207,6 +226,9 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
          if (page_size) kvcache.page_size = *page_size;
          return page_size.has_value();
        }},
+      {"--fa2-fwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa2Fwd, v, &o.fa2_fwd_plan); }},
+      {"--fa2-bwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa2Bwd, v, &o.fa2_bwd_plan); }},
+      {"--fa3-fwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa3Fwd, v, &o.fa3_fwd_plan); }},
       {"--json",
        [&](const std::string& v) {
          o.json_path = v;
@@ -259,6 +281,14 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
     if (arg == "--kvcache") kvcache_given = true;
   }
   if (!check_kvcache_options(o, kvcache, kvcache_given, error)) return std::nullopt;
+  if ((!o.fa2_fwd_plan.empty() || !o.fa2_bwd_plan.empty()) && o.backend != BackendChoice::Fa2) {
+    *error = "--fa2-fwd-plan and --fa2-bwd-plan need --backend fa2";
+    return std::nullopt;
+  }
+  if (!o.fa3_fwd_plan.empty() && o.backend != BackendChoice::Fa3) {
+    *error = "--fa3-fwd-plan needs --backend fa3";
+    return std::nullopt;
+  }
   if (kvcache_given) o.shape->kvcache = kvcache;
   return o;
 }

@@ -7,6 +7,7 @@
 
 #include "flashattn/flashattn.h"
 #include "grid.h"
+#include "plan_flags.h"
 
 namespace flashattn::bench {
 
@@ -27,6 +28,8 @@ struct Options {
   bool naive = true;
   bool deterministic = false;  // --deterministic: the backward's deterministic mode
   int device = 0;  // CUDA device
+  // --fa2-fwd-plan, --fa2-bwd-plan (--backend fa2), --fa3-fwd-plan (--backend fa3): plan changes.
+  PlanFlags fa2_fwd_plan, fa2_bwd_plan, fa3_fwd_plan;
   bool help = false;
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "flashattn/flashattn.h"
+#include "plan_flags.h"
 #include "report.h"
 #include "timer.h"
 
@@ -22,6 +23,7 @@ struct RunSettings {
   bool deterministic = false;  // backward mode
   std::size_t naive_max_bytes = std::size_t(1) << 30;
   int device = 0;  // CUDA only
+  PlanFlags fa2_fwd_plan, fa2_bwd_plan, fa3_fwd_plan;  // CUDA only: see Options
 };
 
 class Runner {

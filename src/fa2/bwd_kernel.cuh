@@ -61,10 +61,10 @@ struct BwdArgs {
   float dq_scale = 1.f;
   bool deterministic = false;
   // sm90, atomic mode: each staged dQ tile is added by one bulk reduction (the TMA unit) instead of
-  // vector atomics from every lane (BwdTuning::dq_bulk; other GPUs, the deterministic mode and
+  // vector atomics from every lane (BwdPlan::dq_bulk; other GPUs, the deterministic mode and
   // the dropout kernels ignore it).
   bool dq_bulk = false;
-  // Atomic mode: CTAs start at different row blocks (BwdTuning::rotate_rows); the deterministic
+  // Atomic mode: CTAs start at different row blocks (always); the deterministic
   // mode keeps ascending order (its counters order the adds by key block).
   bool rotate_rows = false;
 };

@@ -4,25 +4,13 @@
 
 #include <string>
 
-#include "common/env.h"
 #include "cuda/bwd_row_stats.cuh"
 #include "cuda/unused_key_grads.h"
 #include "fa2/bwd_main.cuh"
+#include "fa2/device_limits.h"
 #include "fa2/fa2_backend.h"
 
 namespace flashattn::fa2 {
-
-BwdTuning& bwd_tuning() {
-  static BwdTuning tuning = [] {
-    BwdTuning t;
-    if (const std::string v = env_string("FLASHATTN_FA2_BWD_KEY_TILES"); v == "1" || v == "2") t.key_tiles = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA2_BWD_BLOCK_M"); v == "64" || v == "128") t.block_m = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA2_BWD_ROTATE"); v == "0" || v == "1") t.rotate_rows = v == "1";
-    if (const std::string v = env_string("FLASHATTN_FA2_BWD_DQ_BULK"); v == "0" || v == "1") t.dq_bulk = std::stoi(v);
-    return t;
-  }();
-  return tuning;
-}
 
 FLASHATTN_FA2_BWD_DECLARE(__half, 64)
 FLASHATTN_FA2_BWD_DECLARE(__half, 128)
@@ -33,36 +21,20 @@ FLASHATTN_FA2_BWD_DECLARE(__nv_bfloat16, 256)
 
 namespace {
 
-template <typename Element, bool kDropout, bool kGeneral>
-Status launch_main_for_head_dim(const BwdArgs& args, cudaStream_t stream) {
-  const AttnProblem& p = args.problem.fwd;
-  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  if (dim <= 64) return launch_bwd_main<Element, 64, kDropout, kGeneral>(args, stream);
-  if (dim <= 128) return launch_bwd_main<Element, 128, kDropout, kGeneral>(args, stream);
-  return launch_bwd_main<Element, 256, kDropout, kGeneral>(args, stream);
-}
-
-// The main kernel's instantiations: the plain score path without dropout, softcap and ALiBi;
-// the general one otherwise (with and without dropout).
-bool plain_score(const AttnProblem& p) {
-  return !(p.dropout_p > 0.f) && !p.score_modifiers();
+template <typename Element>
+Status launch_main(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
+  if (plan.head_dim == 64) return launch_bwd_main<Element, 64>(args, plan, stream);
+  if (plan.head_dim == 128) return launch_bwd_main<Element, 128>(args, plan, stream);
+  return launch_bwd_main<Element, 256>(args, plan, stream);
 }
 
 template <typename Element>
-Status launch_main(const BwdArgs& args, cudaStream_t stream) {
-  const AttnProblem& p = args.problem.fwd;
-  if (plain_score(p)) return launch_main_for_head_dim<Element, false, false>(args, stream);
-  if (p.dropout_p > 0.f) return launch_main_for_head_dim<Element, true, true>(args, stream);
-  return launch_main_for_head_dim<Element, false, true>(args, stream);
-}
-
-template <typename Element>
-Status run_kernels(const BwdArgs& args, cudaStream_t stream) {
+Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
   const unsigned heads = unsigned(p.heads_q), batch = unsigned(p.batch);
   FLASHATTN_CUDA_CHECK("fa2 bwd: preprocess kernel launch",
                        gpu::launch_bwd_row_stats<Element>(args.problem, {args.lse_log2, args.delta, args.rows_padded}, stream));
-  const Status st = launch_main<Element>(args, stream);
+  const Status st = launch_main<Element>(args, plan, stream);
   if (!st.ok()) return st;
   bwd_convert_dq_kernel<Element>
       <<<dim3(unsigned(args.rows_padded / kBwdConvertRowsPerCta), heads, batch), 256, 0, stream>>>(args);
@@ -75,7 +47,7 @@ Status unsupported(const char* argument, const std::string& message) {
 
 }  // namespace
 
-Status bwd(const BwdProblem& problem, void* stream_ptr) {
+Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_plan) {
   const AttnProblem& p = problem.fwd;
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.dtype != DType::F16 && p.dtype != DType::BF16)
@@ -94,13 +66,15 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   args.problem = problem;
   if (!clamp_windows_32(&args.problem.fwd))
     return unsupported("q", "the fa2 backward takes sequences below 2^30 rows and keys");
+  DeviceLimits limits;
+  if (Status st = device_limits(&limits, "fa2 bwd: reading the device"); !st.ok()) return st;
+  const BwdPlan plan = forced_plan != nullptr ? *forced_plan : bwd_plan(problem, limits);
+  if (Status st = check_bwd_plan(plan, problem, limits); !st.ok()) return st;
   args.deterministic = problem.deterministic;
-  args.rotate_rows = bwd_tuning().rotate_rows;
-  args.dq_scale = plain_score(p) ? p.score.scale : 1.f;  // see BwdArgs::dq_scale
-  const int64_t dim = p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v;
-  args.dq_cols = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
-  const int dq_bulk = bwd_tuning().dq_bulk;
-  args.dq_bulk = dq_bulk < 0 ? args.dq_cols == 256 : dq_bulk == 1;
+  args.dq_scale = plan.general_score ? 1.f : p.score.scale;  // see BwdArgs::dq_scale
+  args.dq_cols = plan.head_dim;
+  args.dq_bulk = plan.dq_bulk;
+  args.rotate_rows = true;
   const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;
   args.rows_padded = (rows + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign;
 
@@ -119,7 +93,8 @@ Status bwd(const BwdProblem& problem, void* stream_ptr) {
   args.dq_counters = reinterpret_cast<int*>(base + 2 * lse_bytes + accum_bytes);
 
   FLASHATTN_CUDA_CHECK("fa2 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + counter_bytes, stream));
-  const Status st = p.dtype == DType::F16 ? run_kernels<__half>(args, stream) : run_kernels<__nv_bfloat16>(args, stream);
+  const Status st =
+      p.dtype == DType::F16 ? run_kernels<__half>(args, plan, stream) : run_kernels<__nv_bfloat16>(args, plan, stream);
   if (!st.ok()) return st;
   if (Status zeroed = zero_unused_key_grads(problem, stream); !zeroed.ok()) return zeroed;
   return workspace.free("fa2 bwd: freeing the workspace");

@@ -1,15 +1,13 @@
-// The limits of the current device that the FA2 launchers choose tiles by (host code).
+// The limits of a device that the FA2 plans choose tiles by. The struct and the rules are host
+// code free of CUDA (the plans are unit-tested on the CPU); device_limits.cu reads them.
 // Built with FLASHATTN_FA2_AS_SM80 (CMake FLASHATTN_SM80_PTX: the FA2 kernels as compute_80 PTX,
-// which the driver compiles for the GPU at hand with __CUDA_ARCH__ 800), the shared memory per
-// block is capped at an A100's, so that a newer GPU runs what an sm80 one runs: its tiles on the
-// host side, its code paths on the device side.
+// which the driver compiles for the GPU at hand with __CUDA_ARCH__ 800), a device's limits are
+// capped at an A100's, so that a newer GPU runs what an sm80 one runs: its tiles on the host side,
+// its code paths on the device side.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "common/cuda_status.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa2 {
@@ -20,17 +18,18 @@ inline constexpr int kSm80SmemOptin = 163 * 1024;
 struct DeviceLimits {
   int multiprocessors = 0;
   int smem_optin = 0;  // bytes of shared memory one block may opt into
+  int arch = 0;        // compute capability as 10 * major + minor: 80, 86, 90
 };
 
-inline Status device_limits(DeviceLimits* limits, const char* what) {
-  int device = 0;
-  FLASHATTN_CUDA_CHECK(what, cudaGetDevice(&device));
-  FLASHATTN_CUDA_CHECK(what, cudaDeviceGetAttribute(&limits->multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  FLASHATTN_CUDA_CHECK(what, cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-#if defined(FLASHATTN_FA2_AS_SM80)
-  limits->smem_optin = std::min(limits->smem_optin, kSm80SmemOptin);
-#endif
-  return {};
+// What the FLASHATTN_SM80_PTX build makes of a device: an A100's shared memory and sm80's code.
+inline DeviceLimits as_sm80_build(DeviceLimits limits) {
+  limits.smem_optin = std::min(limits.smem_optin, kSm80SmemOptin);
+  limits.arch = std::min(limits.arch, 80);
+  return limits;
 }
+
+// The current device's limits, read from the runtime once per device (thread-safe) and served from
+// that cache afterwards. `what` names the caller in errors.
+Status device_limits(DeviceLimits* limits, const char* what);
 
 }  // namespace flashattn::fa2

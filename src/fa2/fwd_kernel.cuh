@@ -2,8 +2,7 @@
 //
 // One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 * kMTiles
 // rows (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN
-// keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile
-// (or, FwdConfig::kStages = 1, FA2's split one-stage pipeline with two);
+// keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile;
 // S = Q K^T and O += P V run on m16n8k16 MMAs, with P handed from the S accumulators to the A
 // operand in registers (and Q's fragments kept in registers where that does not spill).
 // Shared-memory rows are padded by 16 bytes, which keeps ldmatrix free of bank conflicts for
@@ -39,7 +38,7 @@ inline constexpr int kSmemPerSm = 228 * 1024;
 #endif
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_,
-          bool kGeneralScore_ = true, bool kQInRegs_ = false, int kStages_ = 2>
+          bool kGeneralScore_ = true, bool kQInRegs_ = false>
 struct FwdConfig {
   using Element = Element_;
   // Dropout is a template flag: its Philox state would otherwise take registers from every call.
@@ -56,16 +55,13 @@ struct FwdConfig {
                                                             // loaded once serve all of them
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowStride = kHeadDim + 8;  // elements; +16 bytes against bank conflicts
-  // K/V stages: 2 = the next tile's K and V load during this tile's math (one barrier per tile);
-  // 1 = FA2's split pipeline in half the shared memory (two CTAs per SM at d256 on sm90): V loads
-  // during S = Q K^T, the next K during the softmax and P V (two barriers per tile).
-  static constexpr int kStages = kStages_;
-  static_assert(kStages == 1 || kStages == 2, "one or two K/V stages");
+  // K/V stages: the next tile's K and V load during this tile's math (one barrier per tile).
+  static constexpr int kStages = 2;
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
-  // Added at launch for paged K/V with two stages: the staged pages of two tiles (the kernel).
-  static constexpr int kPagesSmemBytes = kStages == 2 ? 2 * kBlockN * int(sizeof(int32_t)) : 0;
+  // Added at launch for paged K/V: the staged pages of two tiles (the kernel).
+  static constexpr int kPagesSmemBytes = 2 * kBlockN * int(sizeof(int32_t));
   // CTAs of 128 threads per SM that shared memory allows at best on the architecture being
   // compiled (1 KB reserved per CTA). At 1 or 2 the launch bounds say so, and ptxas does not squeeze
   // registers (spilling) for a third CTA that could never be resident; 0 leaves ptxas its choice.
@@ -100,8 +96,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   Element* smem_q = reinterpret_cast<Element*>(smem_raw);
   Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]
   Element* smem_v = smem_k + Config::kStages * Config::kSmemKV;
-  // Paged calls of two-stage kernels where the launcher had the shared memory (stage_pages): the page
-  // of each row of the next two K/V tiles, [tile & 1][row] (kPagesSmemBytes past the K/V stages).
+  // Paged calls where the launcher had the shared memory (stage_pages): the page of each row of
+  // the next two K/V tiles, [tile & 1][row] (kPagesSmemBytes past the K/V stages).
   int32_t* smem_pages = reinterpret_cast<int32_t*>(smem_v + Config::kStages * Config::kSmemKV);
 
   // blockIdx.x = row block * splits + split; without split-KV there is one split.
@@ -116,9 +112,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const int group = lane / 4, quad = lane % 4;
   const int warp_row0 = row0 + warp * 16 * kMTiles;
   // A warp whose rows are all past the sequence (decoding: a few rows per tile) still loads its
-  // share of every K/V tile and meets every barrier, but skips the math. Two-stage pipelines only:
-  // the one-stage one has a barrier between S and P V.
-  const bool warp_without_rows = Config::kStages == 2 && warp_row0 >= sq;
+  // share of every K/V tile and meets every barrier, but skips the math.
+  const bool warp_without_rows = warp_row0 >= sq;
 
   KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
   if (split_ws.splits > 1) {
@@ -205,43 +200,36 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 
   if (tile_begin < tile_end) {
     load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
-    if (Config::kStages == 2 && stage_pages) {
+    if (stage_pages) {
       stage_tile_pages(tile_begin);
       __syncthreads();
       load_staged_kv(tile_begin, 0);
     } else {
       load_k(tile_begin, 0);
-      if constexpr (Config::kStages == 2) load_v(tile_begin, 0);
+      load_v(tile_begin, 0);
     }
     sm80::cp_async_commit();
   }
 
   uint32_t q_frag[Config::kQInRegs ? Config::kHeadDim / 16 : 1][kMTiles][4];
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int stage = Config::kStages == 2 ? (tile - tile_begin) & 1 : 0;
-    // Two stages: one barrier per tile; it publishes this tile's copies and tells that every warp
-    // is done with the previous tile, whose stage then takes the prefetch of the next one.
-    // (Prefetching before the wait needs a second barrier per tile, at its end, to free the stage;
-    // both versions overlap the next tile's loads with this tile's math.) One stage: the barrier
-    // publishes this tile's K and frees V (every warp's previous P V is done), which then loads
-    // during S = Q K^T.
+    const int stage = (tile - tile_begin) & 1;
+    // One barrier per tile: it publishes this tile's copies and tells that every warp is done
+    // with the previous tile, whose stage then takes the prefetch of the next one. (Prefetching
+    // before the wait needs a second barrier per tile, at its end, to free the stage; both
+    // versions overlap the next tile's loads with this tile's math.)
     // (Pages of tile + 1 go to the half of smem_pages that tile - 1 used: every thread issued
     // tile's copies, which read the other half, before the barrier below.)
-    if (Config::kStages == 2 && stage_pages && tile + 1 < tile_end) stage_tile_pages(tile + 1);
+    if (stage_pages && tile + 1 < tile_end) stage_tile_pages(tile + 1);
     sm80::cp_async_wait<0>();
     __syncthreads();
-    if constexpr (Config::kStages == 2) {
-      if (tile + 1 < tile_end) {
-        if (stage_pages) {
-          load_staged_kv(tile + 1, stage ^ 1);
-        } else {
-          load_k(tile + 1, stage ^ 1);
-          load_v(tile + 1, stage ^ 1);
-        }
-        sm80::cp_async_commit();
+    if (tile + 1 < tile_end) {
+      if (stage_pages) {
+        load_staged_kv(tile + 1, stage ^ 1);
+      } else {
+        load_k(tile + 1, stage ^ 1);
+        load_v(tile + 1, stage ^ 1);
       }
-    } else {
-      load_v(tile, 0);
       sm80::cp_async_commit();
     }
 
@@ -293,16 +281,6 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
           sm80::mma_m16n8k16<Element>(s[m][t], a[m], bk[0], bk[1]);
           sm80::mma_m16n8k16<Element>(s[m][t + 1], a[m], bk[2], bk[3]);
         }
-      }
-    }
-    if constexpr (Config::kStages == 1) {
-      // This tile's V landed, and every warp is done reading K: the next K loads during the
-      // softmax and P V.
-      sm80::cp_async_wait<0>();
-      __syncthreads();
-      if (tile + 1 < tile_end) {
-        load_k(tile + 1, 0);
-        sm80::cp_async_commit();
       }
     }
 

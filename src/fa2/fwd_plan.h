@@ -1,12 +1,186 @@
-// How the FA2 forward cuts a call into CTAs: the split-KV count for num_splits = 0. Host code
-// only, free of CUDA, so the rule is unit-tested on the CPU.
+// How the FA2 forward runs a call: the kernel (tiles, score path) and the split-KV count for
+// num_splits = 0. fwd_plan picks the kernel; tests and benchmarks may pass their own plan to
+// fa2::fwd (fa2_backend.h), which check_fwd_plan validates. Host code only, free of CUDA, so the
+// rules are unit-tested on the CPU.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+
+#include "common/pack_gqa.h"
+#include "common/problem.h"
+#include "fa2/device_limits.h"
+#include "flashattn/flashattn.h"
 
 namespace flashattn::fa2 {
+
+// One FA2 forward kernel: FwdConfig<Element, head_dim, block_m, block_n, warps, dropout,
+// general_score, q_in_registers> (fwd_kernel.cuh). Each warp holds block_m / warps query rows.
+struct FwdKernelShape {
+  int head_dim;  // the kernel's (q/k and v): 32, 64, .., 256; smaller head dims run padded
+  int block_m;   // query rows per CTA
+  int block_n;   // keys per K/V tile
+  int warps;
+  bool dropout;        // Philox dropout (a template flag: its state costs registers)
+  bool general_score;  // softcap, ALiBi or scale <= 0 (dropout kernels take this path too)
+  bool q_in_registers;  // Q's fragments stay in registers across the key loop
+};
+
+// The kernels built, per element type (fwd_launch.cu instantiates exactly these). Plain scores:
+// the base tiles per head dim, the decode tiles (64 x 64: a few query rows, the warps without rows
+// idle, 64-key tiles keep the loads deep) and d256 on 128 x 64 with 8 warps (198 KB). Dropout takes
+// the general path only, with smaller tiles where the Philox state would otherwise spill. The plain
+// d64 kernel keeps Q's fragments in registers (two CTAs per SM either way; at d96 and up, and with
+// softcap/ALiBi or dropout, they would spill; at d32 they would cost the third CTA).
+inline constexpr FwdKernelShape kFwdKernels[] = {
+    // plain
+    {32, 128, 64, 4, false, false, false},
+    {64, 128, 64, 4, false, false, true},
+    {96, 128, 32, 4, false, false, false},
+    {128, 128, 32, 4, false, false, false},
+    {160, 64, 32, 4, false, false, false},
+    {192, 64, 32, 4, false, false, false},
+    {224, 64, 32, 4, false, false, false},
+    {256, 64, 32, 4, false, false, false},
+    {64, 64, 64, 4, false, false, false},   // decode
+    {128, 64, 64, 4, false, false, false},  // decode
+    {256, 64, 64, 4, false, false, false},  // decode
+    {256, 128, 64, 8, false, false, false},  // wide d256
+    // softcap / ALiBi, no dropout
+    {32, 128, 64, 4, false, true, false},
+    {64, 128, 64, 4, false, true, false},
+    {96, 128, 32, 4, false, true, false},
+    {128, 128, 32, 4, false, true, false},
+    {160, 64, 32, 4, false, true, false},
+    {192, 64, 32, 4, false, true, false},
+    {224, 64, 32, 4, false, true, false},
+    {256, 64, 32, 4, false, true, false},
+    // dropout
+    {32, 128, 32, 4, true, true, false},
+    {64, 128, 32, 4, true, true, false},
+    {96, 64, 32, 4, true, true, false},
+    {128, 64, 32, 4, true, true, false},
+    {160, 64, 32, 4, true, true, false},
+    {192, 64, 32, 4, true, true, false},
+    {224, 64, 32, 4, true, true, false},
+    {256, 64, 32, 4, true, true, false},
+};
+
+// The kernel of one call, and whether a paged call stages each tile's pages in shared memory.
+struct FwdPlan {
+  int head_dim = 0;
+  int block_m = 0;
+  int block_n = 0;
+  int warps = 0;
+  bool dropout = false;
+  bool general_score = false;
+  // Paged K/V: the pages of the next two tiles go to shared memory before the wait on the tile in
+  // flight, where the GPU has the bytes (else each thread reads the block table itself).
+  bool stage_pages = false;
+  friend bool operator==(const FwdPlan&, const FwdPlan&) = default;
+};
+
+constexpr bool same_kernel(const FwdKernelShape& k, const FwdPlan& plan) {
+  return k.head_dim == plan.head_dim && k.block_m == plan.block_m && k.block_n == plan.block_n &&
+         k.warps == plan.warps && k.dropout == plan.dropout && k.general_score == plan.general_score;
+}
+
+// Shared memory of a kernel: Q and two stages of K and V, rows padded by 16 bytes (fp16/bf16);
+// staged pages add two tiles' page numbers. (fwd_launch.cu checks both against FwdConfig.)
+constexpr int fwd_smem_bytes(const FwdPlan& plan) { return 2 * (plan.block_m + 4 * plan.block_n) * (plan.head_dim + 8); }
+constexpr int fwd_pages_smem_bytes(const FwdPlan& plan) { return 2 * plan.block_n * 4; }
+
+// The query rows per (sequence, head) the kernel sees: decoding with GQA packs the query heads
+// of a KV head into rows (fwd_launch.cu, common/pack_gqa.h).
+inline int64_t fwd_kernel_rows(const AttnProblem& call) {
+  return can_pack_gqa_rows(call) ? call.heads_q / call.heads_k : call.lens.seqlen_q;
+}
+
+inline int64_t fwd_call_head_dim(const AttnProblem& call) { return std::max(call.head_dim, call.head_dim_v); }
+
+// The base tiles by head dim and score path: what sm80 runs outside decoding. Head dims 32, 64, ..,
+// 256 have kernels of their own; others run padded to the next.
+inline FwdPlan fwd_base_plan(const AttnProblem& call, const DeviceLimits& limits) {
+  const int64_t dim = fwd_call_head_dim(call);
+  FwdPlan plan;
+  plan.dropout = call.dropout_p > 0.f;
+  plan.general_score = plan.dropout || !call.plain_forward_scores();
+  plan.head_dim = dim <= 32 ? 32 : dim <= 64 ? 64 : dim <= 96 ? 96 : dim <= 128 ? 128 : dim <= 160 ? 160
+                : dim <= 192 ? 192 : dim <= 224 ? 224 : 256;
+  plan.warps = 4;
+  if (plan.head_dim <= 64) {
+    plan.block_m = 128;
+    plan.block_n = plan.dropout ? 32 : 64;
+  } else if (plan.head_dim <= 128) {
+    plan.block_m = plan.dropout ? 64 : 128;
+    plan.block_n = 32;
+  } else {
+    plan.block_m = 64;
+    plan.block_n = 32;
+  }
+  plan.stage_pages = call.k.block_table != nullptr && fwd_smem_bytes(plan) + fwd_pages_smem_bytes(plan) <= limits.smem_optin;
+  return plan;
+}
+
+// The plan fa2::fwd runs a call with (the call as fa2::fwd receives it) on a device with these
+// limits. Plain scores also take:
+// - decoding (at most 16 query rows per head after pack-GQA): the 64 x 64 decode tiles at d64,
+//   d128 and d256 (d32 runs the d64 one, d96 the d128 one); d256's needs 165 KB, more than sm80's
+//   and sm86's opt-in, where the base tiles take the call;
+// - d256 at 128 x 64 with 8 warps where the GPU has the 198 KB (sm90; faster than 64 x 32 there,
+//   docs/PERF.md): half the key tiles per row block, twice the keys per barrier.
+inline FwdPlan fwd_plan(const AttnProblem& call, const DeviceLimits& limits) {
+  const FwdPlan base = fwd_base_plan(call, limits);
+  if (base.general_score) return base;
+  const int64_t dim = fwd_call_head_dim(call);
+  const auto with_tiles = [&](int head_dim, int block_m, int block_n, int warps) {
+    FwdPlan plan = base;
+    plan.head_dim = head_dim;
+    plan.block_m = block_m;
+    plan.block_n = block_n;
+    plan.warps = warps;
+    plan.stage_pages = call.k.block_table != nullptr && fwd_smem_bytes(plan) + fwd_pages_smem_bytes(plan) <= limits.smem_optin;
+    return plan;
+  };
+  if (fwd_kernel_rows(call) <= 16) {
+    if (dim <= 64) return with_tiles(64, 64, 64, 4);
+    if (dim <= 128) return with_tiles(128, 64, 64, 4);
+    const FwdPlan decode = with_tiles(256, 64, 64, 4);
+    if (fwd_smem_bytes(decode) <= limits.smem_optin) return decode;
+  }
+  if (dim > 224) {
+    const FwdPlan wide = with_tiles(256, 128, 64, 8);
+    if (fwd_smem_bytes(wide) <= limits.smem_optin) return wide;
+  }
+  return base;
+}
+
+// Ok when `plan` can run the call on the device: one of kFwdKernels, the call's score path, a head
+// dim that holds the call's, the shared memory there; else the error fa2::fwd answers.
+inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& call, const DeviceLimits& limits) {
+  const auto refuse = [](const std::string& why) {
+    return Status::error(ErrorCode::InvalidArgument, "plan", "argument 'plan': fa2 fwd: the forced plan " + why);
+  };
+  const bool dropout = call.dropout_p > 0.f;
+  if (plan.dropout != dropout || plan.general_score != (dropout || !call.plain_forward_scores()))
+    return refuse("takes another score path than the call (dropout, softcap, ALiBi or scale <= 0)");
+  if (plan.head_dim < fwd_call_head_dim(call))
+    return refuse("has head dim " + std::to_string(plan.head_dim) + ", the call needs " +
+                  std::to_string(fwd_call_head_dim(call)));
+  if (std::none_of(std::begin(kFwdKernels), std::end(kFwdKernels), [&](const FwdKernelShape& k) { return same_kernel(k, plan); }))
+    return refuse("names no built kernel (d" + std::to_string(plan.head_dim) + ", " + std::to_string(plan.block_m) + " x " +
+                  std::to_string(plan.block_n) + ", " + std::to_string(plan.warps) + " warps; fa2/fwd_plan.h lists them)");
+  if (fwd_smem_bytes(plan) > limits.smem_optin)
+    return Status::error(ErrorCode::Unsupported, "q",
+                         "fa2 fwd: head dim " + std::to_string(call.head_dim) + " needs " + std::to_string(fwd_smem_bytes(plan)) +
+                             " bytes of shared memory per block, the GPU has " + std::to_string(limits.smem_optin));
+  if (plan.stage_pages && call.k.block_table == nullptr) return refuse("stages pages of a call without a block table");
+  if (plan.stage_pages && fwd_smem_bytes(plan) + fwd_pages_smem_bytes(plan) > limits.smem_optin)
+    return refuse("stages pages where the GPU lacks the shared memory for them");
+  return {};
+}
 
 struct SplitInputs {
   int64_t ctas = 0;          // CTAs without splitting: row blocks x heads x batch

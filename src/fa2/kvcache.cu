@@ -78,7 +78,7 @@ __global__ void rotate_q_kernel(const KvCacheProblem kp, void* q_rotated) {
 
 }  // namespace
 
-Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle) {
+Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle, const FwdPlan* plan) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   if (kp.attn.dtype != DType::F16 && kp.attn.dtype != DType::BF16)
     return Status::error(ErrorCode::Unsupported, "q",
@@ -105,7 +105,7 @@ Status fwd_kvcache(const KvCacheProblem& kp, void* stream_handle) {
     dense.batch_stride = p.lens.seqlen_q * p.heads_q * p.head_dim;
     p.q = dense;
   }
-  return fwd(p, stream);
+  return fwd(p, stream, plan);
 }
 
 }  // namespace flashattn::fa2

@@ -3,10 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
-#include "common/env.h"
 #include "fa3/fa3_backend.h"
 #include "fa3/fwd_launch.cuh"
 #include "fa3/launch_common.h"
@@ -18,23 +16,7 @@ Status unsupported(const std::string& why) { return Status::error(ErrorCode::Uns
 
 }  // namespace
 
-FwdTuning& fwd_tuning() {
-  static FwdTuning tuning = [] {
-    FwdTuning t;
-    if (const std::string v = env_string("FLASHATTN_FA3_PINGPONG"); v == "0" || v == "1") t.pingpong = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA3_D64_CONSUMERS"); v == "2" || v == "3") t.d64_consumers = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA3_D64_BLOCKN"); v == "128" || v == "192") t.d64_block_n = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA3_D128_BLOCKN"); v == "128" || v == "144" || v == "176")
-      t.d128_block_n = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA3_DYNAMIC"); v == "0" || v == "1") t.dynamic_schedule = v == "1";
-    if (const std::string v = env_string("FLASHATTN_FA3_TMA_STORE"); v == "0" || v == "1") t.tma_store_o = std::stoi(v);
-    if (const std::string v = env_string("FLASHATTN_FA3_SECTION_MB"); !v.empty()) t.section_mb = std::max(0, std::atoi(v.c_str()));
-    return t;
-  }();
-  return tuning;
-}
-
-Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* maps) {
+Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, bool tma_store_o, FwdMaps* maps) {
   const bool varlen = p.lens.cu_seqlens_q != nullptr;
   const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
   if (Status st = map_rows(&maps->q, p.q, p.dtype, p.head_dim, p.heads_q, query_rows, p.batch, uint32_t(block_m)); !st.ok())
@@ -51,14 +33,10 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, FwdMaps* ma
     return st;
   if (Status st = map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n)); !st.ok())
     return st;
-  // O by TMA stores on dense calls (see FwdMaps) where the map can be built (the API's alignment
-  // rules make it so), by the rule from a value head dim of 128: H200, same run, against register
-  // stores: d256 +1-11 %, d128 -1 to +6 % (most at short sequences), d64 -4 to 0 % (a small O
-  // tile, and the epilogue then waits for every warpgroup's last P V).
+  // O by TMA stores where the plan takes them (dense calls, FwdPlan::tma_store_o) and the map can
+  // be built (the API's alignment rules make it so); else stores from registers.
   maps->o_by_tma = 0;
-  const bool tma_store_o = fwd_tuning().tma_store_o >= 0 ? fwd_tuning().tma_store_o == 1 : kernel_head_dim(p.head_dim_v) >= 128;
-  if (tma_store_o && !varlen && p.out.cu_seqlens == nullptr && p.out.block_table == nullptr &&
-      p.out.batch_index == nullptr &&
+  if (tma_store_o &&
       map_rows(&maps->o, p.out, p.out_dtype, p.head_dim_v, p.heads_q, query_rows, p.batch, uint32_t(block_m)).ok())
     maps->o_by_tma = 1;
   return {};
@@ -88,7 +66,7 @@ Status check(const AttnProblem& p) {
   return {};
 }
 
-Status fwd(const AttnProblem& p, void* stream) {
+Status fwd(const AttnProblem& p, void* stream, const FwdPlan* forced_plan) {
   if (Status st = require_sm90("fa3 fwd"); !st.ok()) return st;
   if (kFp8FwdEnabled && p.dtype == DType::F8E4M3) return fwd_fp8(p, stream);
   if (Status st = check(p); !st.ok()) return st;
@@ -96,11 +74,13 @@ Status fwd(const AttnProblem& p, void* stream) {
   AttnProblem clamped = p;
   const SeqlenBounds bounds = seqlen_bounds(p);
   clamped.mask = clamp_windows(p.mask, bounds.q, bounds.k);
-  switch (kernel_head_dim(p.head_dim)) {
-    case 64: return fwd_hdim64(clamped, s);
-    case 128: return fwd_hdim128(clamped, s);
-    case 192: return fwd_hdim192(clamped, s);
-    default: return fwd_hdim256(clamped, s);
+  const FwdPlan plan = forced_plan != nullptr ? *forced_plan : fwd_plan(clamped);
+  if (Status st = check_fwd_plan(plan, clamped); !st.ok()) return st;
+  switch (plan.head_dim) {
+    case 64: return fwd_hdim64(clamped, plan, s);
+    case 128: return fwd_hdim128(clamped, plan, s);
+    case 192: return fwd_hdim192(clamped, plan, s);
+    default: return fwd_hdim256(clamped, plan, s);
   }
 }
 

@@ -1,5 +1,5 @@
-// Host-side pieces every FA3 launch shares: the head dim a call runs at, bounds of its sequence
-// lengths, TMA maps over (batch, seqlen, heads, dim) tensors, and the device.
+// Host-side pieces every FA3 launch shares: the head dim a call runs at (head_dim.h), bounds of
+// its sequence lengths, TMA maps over (batch, seqlen, heads, dim) tensors, and the device.
 #pragma once
 
 #include <cuda.h>
@@ -9,12 +9,10 @@
 
 #include "common/problem.h"
 #include "common/rows.h"
+#include "fa3/head_dim.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
-
-// The head dim a call runs at: the next multiple of 64 (validation caps head dims at 256).
-inline int kernel_head_dim(int64_t head_dim) { return int(std::min<int64_t>((head_dim + 63) / 64 * 64, 256)); }
 
 // Upper bounds of every sequence's lengths that hold whatever max_seqlen a varlen caller passed (it
 // is not checked against cu_seqlens on the device): a varlen sequence lies within q's and k's rows.

@@ -184,6 +184,16 @@ FwdResult AttentionRun::check_fwd(Backend backend, const FwdRunner& runner) {
   return {errors(out, out64, out_lp), errors(lse, lse64, lse_lp)};
 }
 
+AttnProblem AttentionRun::problem() const {
+  HostTensor o(c_.out_dtype(), qkv_shape(true, c_.dv())), l(DType::F32, lse_shape(c_, total_q_));
+  AttnProblem p;
+  const Status built = api::make_fwd_problem(fwd_params(o.view(), l.view(), Backend::Cpu), &p, {.allow_f32_outputs = true});
+  EXPECT_TRUE(built.ok()) << built.message();
+  p.out.data = nullptr;
+  p.lse.data = nullptr;
+  return p;
+}
+
 BwdResult AttentionRun::check_bwd(Backend backend, const FwdRunner& fwd_runner, const BwdRunner& runner) {
   check_fwd(backend, fwd_runner);
   HostTensor dq(c_.dtype, q.shape()), dk(c_.dtype, k.shape()), dv(c_.dtype, v.shape());

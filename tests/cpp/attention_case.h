@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/problem.h"
 #include "flashattn/flashattn.h"
 #include "test_util.h"
 
@@ -89,6 +90,10 @@ class AttentionRun {
   // max over the visible (row, key) pairs of sum_c |rows_ic keys_jc| (rows: q or dout; keys: k or
   // v): the magnitude at which their dot product is rounded.
   double max_dot_magnitude(const HostTensor& rows, const HostTensor& keys) const;
+
+  // The call the API makes of this case's forward (host tensors), for choosing a kernel plan: its
+  // out and lse point nowhere.
+  AttnProblem problem() const;
 
   const AttentionCase& config() const { return c_; }
   HostTensor q, k, v, dout, alibi_slopes, cu_q, cu_k, seqused;

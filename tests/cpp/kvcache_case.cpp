@@ -208,7 +208,7 @@ std::vector<KvCase> kv_cases() {
   // Head dims whose 16-byte chunks per row do not divide the GPU loader's threads, paged.
   add([](KvCase& c) { c.head_dim = 96; c.page_size = 16; c.seqlen_new = 3; c.seqlen_q = 3; c.causal = true; });
   add([](KvCase& c) { c.head_dim = 160; c.page_size = 7; c.seqlen_new = 2; c.seqlen_q = 2; });
-  // d256: on sm90 the FA2 forward runs 128 x 64 tiles with 8 warps there (fa2/fwd_launch.cu), paged
+  // d256: on sm90 the FA2 forward runs 128 x 64 tiles with 8 warps there (fa2/fwd_plan.h), paged
   // with split-KV and dense decode with automatic splits.
   add([](KvCase& c) { c.head_dim = 256; c.page_size = 16; c.seqlen_new = 4; c.seqlen_q = 4; c.causal = true; c.num_splits = 3; });
   add([](KvCase& c) { c.head_dim = 256; c.heads_q = 8; c.heads_k = 1; c.seqlen_new = 1; });

@@ -1,13 +1,215 @@
-// The FA2 forward's split-KV rule (src/fa2/fwd_plan.h), host-only.
+// The FA2 forward's plan (src/fa2/fwd_plan.h), host-only: the kernel each call runs on the pinned
+// devices (today's rules, written out per case), the checks of forced plans, and the split-KV rule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
+#include <set>
+#include <tuple>
 
 #include "fa2/fwd_plan.h"
+#include "plan_test_util.h"
 
 namespace flashattn::fa2 {
+
+std::ostream& operator<<(std::ostream& os, const FwdPlan& p) {
+  return os << "{d" << p.head_dim << " " << p.block_m << "x" << p.block_n << " " << p.warps << " warps"
+            << (p.dropout ? " dropout" : "") << (p.general_score ? " general" : " plain")
+            << (p.stage_pages ? " staged pages" : "") << "}";
+}
+
 namespace {
+
+using test::causal;
+using test::FailsWith;
+using test::kA100;
+using test::kH200;
+using test::kSm86;
+using test::paged;
+using test::plan_call;
+using test::varlen;
+using test::windowed;
+using test::with_alibi;
+using test::with_dropout;
+using test::with_negative_scale;
+using test::with_softcap;
+
+FwdPlan tiles(int head_dim, int block_m, int block_n, int warps, bool general = false, bool dropout = false) {
+  FwdPlan p;
+  p.head_dim = head_dim;
+  p.block_m = block_m;
+  p.block_n = block_n;
+  p.warps = warps;
+  p.general_score = general;
+  p.dropout = dropout;
+  return p;
+}
+FwdPlan staged(FwdPlan p) {
+  p.stage_pages = true;
+  return p;
+}
+
+// The base tiles by head dim (head dims between the built ones run padded to the next).
+TEST(Fa2FwdPlan, PlainDenseCallsTakeTheBaseTilesBelowD256) {
+  const std::tuple<int, FwdPlan> cases[] = {
+      {32, tiles(32, 128, 64, 4)},   {48, tiles(64, 128, 64, 4)},   {64, tiles(64, 128, 64, 4)},
+      {80, tiles(96, 128, 32, 4)},   {96, tiles(96, 128, 32, 4)},   {112, tiles(128, 128, 32, 4)},
+      {128, tiles(128, 128, 32, 4)}, {160, tiles(160, 64, 32, 4)},  {176, tiles(192, 64, 32, 4)},
+      {192, tiles(192, 64, 32, 4)},  {224, tiles(224, 64, 32, 4)},
+  };
+  for (const auto& [d, want] : cases)
+    for (const DeviceLimits& device : {kH200, kA100, kSm86, test::h200_as_sm80_build()})
+      for (const AttnProblem& call : {plan_call(d, 512, 512), causal(plan_call(d, 2048, 2048)), varlen(plan_call(d, 300, 700)),
+                                      windowed(plan_call(d, 1000, 1000), 100, 0)}) {
+        EXPECT_EQ(fwd_plan(call, device), want) << test::describe(call) << ", sm" << device.arch;
+        EXPECT_EQ(fwd_base_plan(call, device), want) << test::describe(call);
+      }
+}
+
+// d256 (and d225..255) on 128 x 64 with 8 warps where the GPU has 198 KB per block: sm90 only.
+TEST(Fa2FwdPlan, D256TakesTheWideTilesOnSm90Only) {
+  for (int d : {240, 256})
+    for (const AttnProblem& call : {plan_call(d, 512, 512), causal(plan_call(d, 8192, 8192)), varlen(plan_call(d, 300, 700)),
+                                    plan_call(d, 17, 4000)}) {
+      EXPECT_EQ(fwd_plan(call, kH200), tiles(256, 128, 64, 8)) << test::describe(call);
+      EXPECT_EQ(fwd_base_plan(call, kH200), tiles(256, 64, 32, 4)) << test::describe(call);
+      for (const DeviceLimits& device : {kA100, kSm86, test::h200_as_sm80_build()})
+        EXPECT_EQ(fwd_plan(call, device), tiles(256, 64, 32, 4)) << test::describe(call) << ", sm" << device.arch;
+    }
+}
+
+// At most 16 query rows per head (after pack-GQA): the 64 x 64 decode tiles, d256's only where
+// its 165 KB fit (sm90); sm80 and sm86 keep the base tiles there.
+TEST(Fa2FwdPlan, DecodingTakesTheDecodeTiles) {
+  const std::tuple<int, FwdPlan, FwdPlan> cases[] = {
+      // d, H200, A100 / sm86 / the sm80 build
+      {32, tiles(64, 64, 64, 4), tiles(64, 64, 64, 4)},      {64, tiles(64, 64, 64, 4), tiles(64, 64, 64, 4)},
+      {96, tiles(128, 64, 64, 4), tiles(128, 64, 64, 4)},    {128, tiles(128, 64, 64, 4), tiles(128, 64, 64, 4)},
+      {160, tiles(256, 64, 64, 4), tiles(160, 64, 32, 4)},   {192, tiles(256, 64, 64, 4), tiles(192, 64, 32, 4)},
+      {224, tiles(256, 64, 64, 4), tiles(224, 64, 32, 4)},   {256, tiles(256, 64, 64, 4), tiles(256, 64, 32, 4)},
+  };
+  for (const auto& [d, on_h200, on_sm80] : cases) {
+    const AttnProblem calls[] = {
+        plan_call(d, 1, 8192, 32, 8),             // pack-GQA: 4 rows of each KV head
+        plan_call(d, 1, 8192, 32, 2),             // 16 rows
+        plan_call(d, 1, 100, 8, 8),               // MHA: one row
+        causal(plan_call(d, 4, 3000, 32, 8)),     // a few query rows (not packed)
+        causal(plan_call(d, 16, 3000, 16, 4)),
+        windowed(plan_call(d, 1, 900, 16, 4), 100, 0),  // a left window: not packed, one row
+        varlen(plan_call(d, 8, 900, 16, 4)),      // varlen queries of at most 8 rows
+    };
+    for (const AttnProblem& call : calls) {
+      EXPECT_EQ(fwd_plan(call, kH200), on_h200) << test::describe(call);
+      for (const DeviceLimits& device : {kA100, kSm86, test::h200_as_sm80_build()})
+        EXPECT_EQ(fwd_plan(call, device), on_sm80) << test::describe(call) << ", sm" << device.arch;
+    }
+  }
+}
+
+TEST(Fa2FwdPlan, MoreThanSixteenRowsLeaveTheDecodeTiles) {
+  // 17 query rows; and one query row of 32 query heads per KV head (pack-GQA makes 32 rows).
+  for (const AttnProblem& call : {causal(plan_call(128, 17, 3000, 16, 4)), plan_call(128, 1, 8192, 64, 2)}) {
+    EXPECT_EQ(fwd_plan(call, kH200), tiles(128, 128, 32, 4)) << test::describe(call);
+    EXPECT_EQ(fwd_plan(call, kA100), tiles(128, 128, 32, 4)) << test::describe(call);
+  }
+  EXPECT_EQ(fwd_plan(plan_call(256, 1, 8192, 64, 2), kH200), tiles(256, 128, 64, 8));
+  EXPECT_EQ(fwd_plan(plan_call(256, 1, 8192, 64, 2), kSm86), tiles(256, 64, 32, 4));
+}
+
+// Softcap, ALiBi and scale <= 0: the general kernels on the base tiles, never the decode or wide
+// ones.
+TEST(Fa2FwdPlan, GeneralScoresTakeTheBaseTiles) {
+  const std::tuple<int, FwdPlan> cases[] = {
+      {32, tiles(32, 128, 64, 4, true)},  {64, tiles(64, 128, 64, 4, true)},  {96, tiles(96, 128, 32, 4, true)},
+      {128, tiles(128, 128, 32, 4, true)}, {160, tiles(160, 64, 32, 4, true)}, {256, tiles(256, 64, 32, 4, true)},
+  };
+  for (const auto& [d, want] : cases)
+    for (const DeviceLimits& device : {kH200, kA100, kSm86})
+      for (const AttnProblem& call : {with_softcap(plan_call(d, 2048, 2048)), with_alibi(plan_call(d, 1, 4096, 32, 8)),
+                                      with_negative_scale(plan_call(d, 1, 4096)), with_softcap(plan_call(d, 1, 4096, 32, 8))})
+        EXPECT_EQ(fwd_plan(call, device), want) << test::describe(call) << ", sm" << device.arch;
+}
+
+// Dropout: its own kernels, smaller tiles where the Philox state would spill.
+TEST(Fa2FwdPlan, DropoutTakesItsTiles) {
+  const std::tuple<int, FwdPlan> cases[] = {
+      {32, tiles(32, 128, 32, 4, true, true)},  {64, tiles(64, 128, 32, 4, true, true)},
+      {96, tiles(96, 64, 32, 4, true, true)},   {128, tiles(128, 64, 32, 4, true, true)},
+      {160, tiles(160, 64, 32, 4, true, true)}, {192, tiles(192, 64, 32, 4, true, true)},
+      {224, tiles(224, 64, 32, 4, true, true)}, {256, tiles(256, 64, 32, 4, true, true)},
+  };
+  for (const auto& [d, want] : cases)
+    for (const DeviceLimits& device : {kH200, kA100, kSm86})
+      for (const AttnProblem& call : {with_dropout(plan_call(d, 2048, 2048)), with_dropout(plan_call(d, 1, 4096, 32, 8)),
+                                      with_softcap(with_dropout(plan_call(d, 300, 300)))})
+        EXPECT_EQ(fwd_plan(call, device), want) << test::describe(call) << ", sm" << device.arch;
+}
+
+// Paged K/V stage each tile's pages in shared memory wherever the kernel leaves room for them:
+// everywhere but d256 on sm86 (the base tiles take all 99 KB there).
+TEST(Fa2FwdPlan, PagedCallsStagePagesWhereTheyFit) {
+  EXPECT_EQ(fwd_plan(paged(plan_call(128, 512, 4096)), kH200), staged(tiles(128, 128, 32, 4)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kH200), staged(tiles(256, 128, 64, 8)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(256, 1, 4096, 32, 8)), kH200), staged(tiles(256, 64, 64, 4)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kA100), staged(tiles(256, 64, 32, 4)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(128, 1, 4096, 32, 8)), kSm86), staged(tiles(128, 64, 64, 4)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(224, 512, 4096)), kSm86), staged(tiles(224, 64, 32, 4)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kSm86), tiles(256, 64, 32, 4));
+  EXPECT_EQ(fwd_plan(paged(plan_call(256, 1, 4096, 32, 8)), kSm86), tiles(256, 64, 32, 4));
+  EXPECT_EQ(fwd_plan(paged(with_dropout(plan_call(64, 512, 4096))), kSm86), staged(tiles(64, 128, 32, 4, true, true)));
+}
+
+TEST(Fa2FwdPlan, SharedMemoryOfTheTiles) {
+  EXPECT_EQ(fwd_smem_bytes(tiles(256, 64, 64, 4)), 165 * 1024);
+  EXPECT_EQ(fwd_smem_bytes(tiles(256, 128, 64, 8)), 198 * 1024);
+  EXPECT_EQ(fwd_smem_bytes(tiles(256, 64, 32, 4)), 99 * 1024);
+  EXPECT_EQ(fwd_pages_smem_bytes(tiles(256, 64, 32, 4)), 256);
+}
+
+// Every plan the rules make runs on its device; the kernel list has no duplicates.
+TEST(Fa2FwdPlan, DefaultPlansPassTheirCheck) {
+  std::set<std::tuple<int, int, int, int, bool, bool>> seen;
+  for (const FwdKernelShape& k : kFwdKernels)
+    EXPECT_TRUE(seen.insert({k.head_dim, k.block_m, k.block_n, k.warps, k.dropout, k.general_score}).second)
+        << "kernel listed twice: d" << k.head_dim << " " << k.block_m << "x" << k.block_n;
+  for (int d = 8; d <= 256; d += 8)
+    for (int64_t sq : {1, 4, 16, 17, 1000})
+      for (const DeviceLimits& device : {kH200, kA100, kSm86, test::h200_as_sm80_build()}) {
+        const AttnProblem base = plan_call(d, sq, 3000, 32, 8);
+        for (const AttnProblem& call : {base, causal(base), with_softcap(base), with_dropout(base), paged(base),
+                                        varlen(base), with_alibi(paged(base))}) {
+          EXPECT_TRUE(check_fwd_plan(fwd_plan(call, device), call, device).ok()) << test::describe(call) << ", sm" << device.arch;
+          EXPECT_TRUE(check_fwd_plan(fwd_base_plan(call, device), call, device).ok()) << test::describe(call);
+        }
+      }
+}
+
+TEST(Fa2FwdPlan, ForcedPlansAreChecked) {
+  const AttnProblem d256 = plan_call(256, 2048, 2048);
+  // The base tiles on an H200 (what sm80 runs) and the wide tiles where they do not fit.
+  EXPECT_TRUE(check_fwd_plan(tiles(256, 64, 32, 4), d256, kH200).ok());
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(256, 128, 64, 8), d256, kA100), ErrorCode::Unsupported, "q",
+                        "needs 202752 bytes of shared memory per block, the GPU has 166912"));
+  // Tiles no kernel has (the 8-warp d64 tiles were measured and deleted; docs/PERF.md).
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(64, 128, 64, 8), plan_call(64, 512, 512), kH200), ErrorCode::InvalidArgument,
+                        "plan", "names no built kernel"));
+  // Another score path than the call's, a head dim below the call's.
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(128, 128, 32, 4), with_softcap(plan_call(128, 512, 512)), kH200),
+                        ErrorCode::InvalidArgument, "plan", "another score path"));
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(128, 64, 32, 4, true, true), plan_call(128, 512, 512), kH200),
+                        ErrorCode::InvalidArgument, "plan", "another score path"));
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(64, 128, 64, 4), plan_call(96, 512, 512), kH200), ErrorCode::InvalidArgument,
+                        "plan", "has head dim 64, the call needs 96"));
+  // A larger head dim runs padded (as the decode tiles do).
+  EXPECT_TRUE(check_fwd_plan(tiles(256, 64, 32, 4), plan_call(160, 512, 512), kH200).ok());
+  // Staged pages need a block table and the shared memory for them.
+  EXPECT_TRUE(FailsWith(check_fwd_plan(staged(tiles(128, 128, 32, 4)), plan_call(128, 512, 512), kH200),
+                        ErrorCode::InvalidArgument, "plan", "without a block table"));
+  EXPECT_TRUE(FailsWith(check_fwd_plan(staged(tiles(256, 64, 32, 4)), paged(d256), kSm86), ErrorCode::InvalidArgument,
+                        "plan", "lacks the shared memory"));
+  EXPECT_TRUE(check_fwd_plan(tiles(256, 64, 32, 4), paged(d256), kH200).ok());  // per-thread table reads
+}
 
 SplitInputs h200(int64_t ctas, int64_t keys) {
   SplitInputs in;

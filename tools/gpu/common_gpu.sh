@@ -53,8 +53,9 @@ PY
 }
 
 # fa_run_variants BACKEND DIRECTION LOGDIR "WANTED NAMES" NAME:SETTING...: runs flashattn_bench over
-# the peers grid once per wanted variant (SETTING: empty or NAME=VALUE environment words), then
-# torch SDPA's peers in the same run, and joins them into LOGDIR/table.md (printed too).
+# the peers grid once per wanted variant (SETTING: empty or flashattn_bench arguments, e.g.
+# "--fa3-fwd-plan pingpong=0"; rows a forced plan cannot run are skipped), then torch SDPA's peers
+# in the same run, and joins them into LOGDIR/table.md (printed too).
 fa_run_variants() {
   local backend="$1" direction="$2" logdir="$3" wanted=" $4 " bench v name setting
   shift 4
@@ -63,8 +64,8 @@ fa_run_variants() {
   for v in "$@"; do
     name="${v%%:*}" setting="${v#*:}"
     [[ "$wanted" == *" $name "* ]] || continue
-    # shellcheck disable=SC2086  # setting is empty or NAME=VALUE words
-    env $setting "$bench" --backend "$backend" --grid peers --direction "$direction" --json "$logdir/$name.json" >"$logdir/$name.txt"
+    # shellcheck disable=SC2086  # setting is empty or benchmark arguments
+    "$bench" --backend "$backend" --grid peers --direction "$direction" $setting --json "$logdir/$name.json" >"$logdir/$name.txt"
     fa_rename_backend "$logdir/$name.json" "$backend-$name"
     jsons+=("$logdir/$name.json")
   done

@@ -35,11 +35,10 @@ inline AttentionCase two_sequences(int seqlen_q, int seqlen_k, int heads_q, int 
 
 // Runs the backward on `backend` `runs` times (out and lse from that backend's forward; dense
 // cases), poisoning the gradients before each run, and hands each run's gradients to `check`.
-// `call` replaces the public bwd (a forced kernel, say).
+// `call` runs the backward on the device params (default: the public API).
 using RunCheck = std::function<void(int run, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv)>;
-using BwdCall = std::function<Status(const BwdParams&)>;
 inline void repeat_backward(const AttentionCase& c, Backend backend, bool deterministic, int runs, const RunCheck& check,
-                            const BwdCall& call = {}) {
+                            const gpu_test::DeviceBwd& call = {}) {
   AttentionRun run(c);
   run.out = HostTensor(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()});
   run.lse = HostTensor(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
@@ -71,7 +70,7 @@ inline void repeat_backward(const AttentionCase& c, Backend backend, bool determ
 
 // `runs` runs whose gradients are bitwise equal.
 inline void expect_backward_runs_bitwise_equal(const AttentionCase& c, Backend backend, bool deterministic, int runs,
-                                               const BwdCall& call = {}) {
+                                               const gpu_test::DeviceBwd& call = {}) {
   std::vector<uint8_t> first[3];
   repeat_backward(c, backend, deterministic, runs, [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {
     const std::vector<uint8_t> now[3] = {bytes_of(dq), bytes_of(dk), bytes_of(dv)};
@@ -88,7 +87,8 @@ inline void expect_backward_runs_bitwise_equal(const AttentionCase& c, Backend b
 // Atomic dQ adds reorder the float sums between runs, so dQ may move by a rounding step of its
 // dtype; dK and dV are owned by one CTA each and must not move at all. A race (a lost or doubled
 // contribution, a stale read) moves values far more.
-inline void expect_backward_runs_agree(const AttentionCase& c, Backend backend, int runs, const BwdCall& call = {}) {
+inline void expect_backward_runs_agree(const AttentionCase& c, Backend backend, int runs,
+                                       const gpu_test::DeviceBwd& call = {}) {
   std::vector<float> first_dq;
   std::vector<uint8_t> first_dk, first_dv;
   repeat_backward(c, backend, /*deterministic=*/false, runs, [&](int rep, const HostTensor& dq, const HostTensor& dk, const HostTensor& dv) {

@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <functional>
-
 #include <vector>
 
 #include "flashattn/flashattn.h"
@@ -66,9 +65,13 @@ class DeviceMirror {
   std::vector<std::pair<TensorView, TensorView>> outputs_;
 };
 
-// `call` runs on the device params (fwd_on_device: the public fwd; a test may force a kernel).
-template <typename Call>
-Status fwd_on_device_with(const FwdParams& host, Call&& call) {
+// An entry point called on params whose tensors are on the device: the public API by default,
+// a backend entry with a forced plan in the plan tests (forced_plans.h).
+using DeviceFwd = std::function<Status(const FwdParams&)>;
+using DeviceBwd = std::function<Status(const BwdParams&)>;
+using DeviceKvCache = std::function<Status(const KvCacheParams&)>;
+
+inline Status fwd_on_device_via(const FwdParams& host, const DeviceFwd& call) {
   DeviceMirror m;
   FwdParams d = host;
   d.q = m.upload(host.q);
@@ -90,10 +93,10 @@ Status fwd_on_device_with(const FwdParams& host, Call&& call) {
 }
 
 inline Status fwd_on_device(const FwdParams& host) {
-  return fwd_on_device_with(host, [](const FwdParams& d) { return fwd(d); });
+  return fwd_on_device_via(host, [](const FwdParams& d) { return fwd(d); });
 }
 
-inline Status kvcache_on_device(const KvCacheParams& host) {
+inline Status kvcache_on_device_via(const KvCacheParams& host, const DeviceKvCache& call) {
   DeviceMirror m;
   KvCacheParams d = host;
   d.q = m.upload(host.q);
@@ -114,9 +117,13 @@ inline Status kvcache_on_device(const KvCacheParams& host) {
   d.v_descale = m.upload(host.v_descale);
   d.out = m.output(host.out);
   d.softmax_lse = m.output(host.softmax_lse);
-  const Status st = fwd_kvcache(d);
+  const Status st = call(d);
   m.download();
   return st;
+}
+
+inline Status kvcache_on_device(const KvCacheParams& host) {
+  return kvcache_on_device_via(host, [](const KvCacheParams& d) { return fwd_kvcache(d); });
 }
 
 inline Status combine_on_device(const CombineParams& host) {
@@ -131,10 +138,7 @@ inline Status combine_on_device(const CombineParams& host) {
   return st;
 }
 
-// The call a device-mirrored backward makes: the public bwd, or a forced path (a test's own).
-using DeviceBwdCall = std::function<Status(const BwdParams&)>;
-
-inline Status bwd_on_device_with(const BwdParams& host, const DeviceBwdCall& call) {
+inline Status bwd_on_device_via(const BwdParams& host, const DeviceBwd& call) {
   DeviceMirror m;
   BwdParams d = host;
   d.q = m.upload(host.q);
@@ -155,6 +159,8 @@ inline Status bwd_on_device_with(const BwdParams& host, const DeviceBwdCall& cal
   return st;
 }
 
-inline Status bwd_on_device(const BwdParams& host) { return bwd_on_device_with(host, [](const BwdParams& d) { return bwd(d); }); }
+inline Status bwd_on_device(const BwdParams& host) {
+  return bwd_on_device_via(host, [](const BwdParams& d) { return bwd(d); });
+}
 
 }  // namespace flashattn::gpu_test

@@ -13,7 +13,9 @@
 
 namespace flashattn::test {
 
-inline void expect_forward_runs_bitwise_equal(const AttentionCase& c, Backend backend, int runs) {
+// `call` runs the forward on the device params (default: the public API).
+inline void expect_forward_runs_bitwise_equal(const AttentionCase& c, Backend backend, int runs,
+                                              const gpu_test::DeviceFwd& call = {}) {
   AttentionRun run(c);
   HostTensor out(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
   gpu_test::DeviceMirror m;
@@ -28,7 +30,8 @@ inline void expect_forward_runs_bitwise_equal(const AttentionCase& c, Backend ba
   for (int rep = 0; rep < runs; ++rep) {
     CUDA_CHECK(cudaMemset(d.out.data, 0xff, out_bytes));
     CUDA_CHECK(cudaMemset(d.softmax_lse.data, 0xff, lse_bytes));
-    ASSERT_TRUE(fwd(d).ok());
+    const Status st = call ? call(d) : fwd(d);
+    ASSERT_TRUE(st.ok()) << st.message();
     m.download();
     const auto* o_bytes = static_cast<const uint8_t*>(out.data());
     const auto* l_bytes = static_cast<const uint8_t*>(lse.data());

@@ -2,10 +2,13 @@
 // sweep, plus a race check. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "attention_case.h"
 #include "device_mirror.h"
+#include "forced_plans.h"
 #include "forward_race.h"
 #include "gpu_test_util.h"
 
@@ -26,6 +29,27 @@ TEST_P(Fa2Forward, MatchesReference) {
   const AttentionCase& c = GetParam();
   AttentionRun run(c);
   const FwdResult f = run.check_fwd(Backend::Fa2, gpu_test::fwd_on_device);
+  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
+  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+// The base tiles (fa2::fwd_base_plan: what sm80 runs outside decoding), forced where this GPU's
+// plan takes others: d256 on sm90 (128 x 64, 8 warps) and decoding (the 64 x 64 decode tiles).
+gpu_test::Fa2FwdChoice base_tiles_where_not_default() {
+  return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) -> std::optional<fa2::FwdPlan> {
+    const fa2::FwdPlan base = fa2::fwd_base_plan(call, limits);
+    if (base == fa2::fwd_plan(call, limits)) return std::nullopt;
+    return base;
+  });
+}
+
+TEST_P(Fa2Forward, BaseTilesMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const gpu_test::Fa2FwdChoice choose = base_tiles_where_not_default();
+  if (!choose(run.problem(), gpu_test::fa2_limits())) GTEST_SKIP() << "the plan on this GPU takes the base tiles already";
+  const FwdResult f = run.check_fwd(Backend::Fa2, gpu_test::on_device(gpu_test::fa2_fwd_with(choose)));
   expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
   expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
 }
@@ -108,10 +132,38 @@ TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
   c.head_dim = 256;  // 8 warps where the GPU has the shared memory for 128x64 tiles
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
+  if (AttentionRun run(c); base_tiles_where_not_default()(run.problem(), gpu_test::fa2_limits())) {
+    SCOPED_TRACE("d256 on the base tiles");
+    expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100, gpu_test::fa2_fwd_with(base_tiles_where_not_default()));
+  }
   // Decoding: pack-GQA rows, 64-row tiles with idle warps, split-KV and the combine.
   c = AttentionCase{.batch = 4, .seqlen_q = 1, .seqlen_k = 5000, .heads_q = 32, .heads_k = 8, .head_dim = 128,
                     .num_splits = 0};
   expect_forward_runs_bitwise_equal(c, Backend::Fa2, 100);
+}
+
+// A forced plan that cannot run the call is refused by name before any kernel writes an output.
+TEST(Fa2ForwardPlans, PlansThatDoNotFitAreRefused) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  AttentionCase c;
+  c.head_dim = 128;
+  AttentionRun run(c);
+  HostTensor out(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
+  const FwdParams host = run.fwd_params(out.view(), lse.view(), Backend::Fa2);
+  const fa2::FwdPlan plan = fa2::fwd_plan(run.problem(), gpu_test::fa2_limits());
+  fa2::FwdPlan narrow = plan, unbuilt = plan, general = plan;
+  narrow.head_dim = 64;  // below the call's
+  unbuilt.warps = 8;
+  general.general_score = true;
+  for (const fa2::FwdPlan& bad : {narrow, unbuilt, general}) {
+    const Status st = gpu_test::fwd_on_device_via(host, gpu_test::fa2_fwd_with([bad](const AttnProblem&, const fa2::DeviceLimits&) {
+      return std::optional<fa2::FwdPlan>(bad);
+    }));
+    EXPECT_EQ(st.code(), ErrorCode::InvalidArgument) << st.message();
+    EXPECT_EQ(st.argument(), "plan") << st.message();
+    const auto* o = static_cast<const uint8_t*>(out.data());
+    EXPECT_TRUE(std::all_of(o, o + out.numel() * 2, [](uint8_t x) { return x == 0xff; })) << "out was written";
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "device_mirror.h"
+#include "forced_plans.h"
 #include "gpu_test_util.h"
 #include "combine_case.h"
 #include "kv_alone_case.h"
@@ -28,6 +29,25 @@ TEST_P(Fa2KvCache, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCache, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
+
+// The d256 cases on the base tiles (fa2::fwd_base_plan: sm80's), which sm90 and decoding leave.
+class Fa2KvCacheBaseTiles : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(Fa2KvCacheBaseTiles, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const gpu_test::Fa2FwdChoice base = gpu_test::checked(
+      [](const AttnProblem& call, const fa2::DeviceLimits& limits) { return std::optional(fa2::fwd_base_plan(call, limits)); });
+  check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::on_device(gpu_test::fa2_kvcache_with(base)));
+}
+
+std::vector<KvCase> gpu_kv_d256_cases() {
+  std::vector<KvCase> cases;
+  for (const KvCase& c : gpu_kv_cases())
+    if (c.head_dim > 224 || c.dv() > 224) cases.push_back(c);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheBaseTiles, ::testing::ValuesIn(gpu_kv_d256_cases()), ParamTestName());
 
 // Left-padded caches and varlen queries, each sequence checked alone (kv_alone_case.cpp).
 std::vector<KvAloneCase> gpu_kv_alone_cases() {

@@ -119,12 +119,12 @@ std::vector<AttentionCase> fa3_bwd_grid() {
 
 // The "<= 3x the same-precision reference's error" rule for the gradients; `call` replaces the
 // public bwd on the device (a forced kernel variant).
-void expect_fa3_backward_matches(const AttentionCase& c, bool deterministic, const BwdCall& call = {}) {
+void expect_fa3_backward_matches(const AttentionCase& c, bool deterministic, const gpu_test::DeviceBwd& call = {}) {
   AttentionRun run(c);
   const BwdRunner runner = [deterministic, &call](const BwdParams& host) {
     BwdParams p = host;
     p.deterministic = deterministic;
-    return call ? gpu_test::bwd_on_device_with(p, call) : gpu_test::bwd_on_device(p);
+    return call ? gpu_test::bwd_on_device_via(p, call) : gpu_test::bwd_on_device(p);
   };
   const BwdResult r = run.check_bwd(Backend::Fa3, gpu_test::fwd_on_device, runner);
   expect_within(r.dq, 3.0, rounding_floor(c.dtype, r.dq.reference_max), "dq");
@@ -241,7 +241,7 @@ fa3::BwdKernel kernel_named(const std::string& spec) {
 }
 
 // The backward through api::bwd_fa3_forced with the named kernel (on device tensors).
-BwdCall forced_call(const std::string& spec) {
+gpu_test::DeviceBwd forced_call(const std::string& spec) {
   const fa3::BwdKernel kernel = kernel_named(spec);
   return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, kernel); };
 }
@@ -317,7 +317,7 @@ TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
   AttentionRun run(c);
   run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
   HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
-  const Status st = gpu_test::bwd_on_device_with(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3),
+  const Status st = gpu_test::bwd_on_device_via(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3),
                                                  forced_call("dq-alternate"));
   EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
   EXPECT_EQ(st.argument(), "plan") << st.message();

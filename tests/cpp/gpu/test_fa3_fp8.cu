@@ -48,7 +48,7 @@ std::string plan_name(const fa3::Fp8FwdPlan* plan) {
 // function's choice). The call is validated as the API does first.
 FwdRunner forced_fp8(const fa3::Fp8FwdPlan* plan) {
   return [plan](const FwdParams& host) {
-    return gpu_test::fwd_on_device_with(host, [plan](const FwdParams& d) {
+    return gpu_test::fwd_on_device_via(host, [plan](const FwdParams& d) {
       AttnProblem problem;
       if (Status st = api::make_fwd_problem(d, &problem); !st.ok()) return st;
       if (d.out.numel() == 0) return Status();  // as the API: no query rows, nothing to write

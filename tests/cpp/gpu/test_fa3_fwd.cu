@@ -2,8 +2,11 @@
 // sweep it supports. Skips without an sm90 GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -11,7 +14,7 @@
 
 #include "attention_case.h"
 #include "device_mirror.h"
-#include "fa3/fwd_tuning.h"
+#include "forced_plans.h"
 #include "forward_race.h"
 #include "gpu_test_util.h"
 
@@ -33,10 +36,29 @@ std::vector<AttentionCase> fa3_sweep() {
   return cases;
 }
 
-// The "<= 2x the same-precision reference's error" rule for out and LSE.
-void expect_fa3_matches_reference(const AttentionCase& c) {
+// A change of fwd_plan's choice (fa3/fwd_plan.h) that a test forces, given the call.
+using PlanChange = std::function<void(fa3::FwdPlan*, const AttnProblem& call)>;
+
+// fwd_plan's choice changed, where the changed plan can run the call (else none).
+gpu_test::Fa3FwdChoice changed_plan(PlanChange change) {
+  return gpu_test::checked([change](const AttnProblem& call) {
+    fa3::FwdPlan plan = fa3::fwd_plan(call);
+    change(&plan, call);
+    return std::optional(plan);
+  });
+}
+
+// The "<= 2x the same-precision reference's error" rule for out and LSE; with a change, on the
+// changed plan (the test skips calls it cannot run).
+void expect_fa3_matches_reference(const AttentionCase& c, const PlanChange& change = {}) {
   AttentionRun run(c);
-  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
+  gpu_test::DeviceFwd runner = gpu_test::fwd_on_device;
+  if (change) {
+    const gpu_test::Fa3FwdChoice choose = changed_plan(change);
+    if (!choose(run.problem())) GTEST_SKIP() << "the changed plan does not run this call";
+    runner = gpu_test::on_device(gpu_test::fa3_fwd_with(choose));
+  }
+  const FwdResult f = run.check_fwd(Backend::Fa3, runner);
   expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
   expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
 }
@@ -81,33 +103,25 @@ std::vector<AttentionCase> fa3_fp8_sweep() {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Fp8Forward, ::testing::ValuesIn(fa3_fp8_sweep()), ParamTestName());
 
-// Changes the process-wide FA3 tuning for one test and restores it after (also on failure).
-class TuningOverride {
- public:
-  template <typename Change>
-  explicit TuningOverride(Change change) : saved_(fa3::fwd_tuning()) {
-    change(fa3::fwd_tuning());
-  }
-  ~TuningOverride() { fa3::fwd_tuning() = saved_; }
-  TuningOverride(const TuningOverride&) = delete;
-  TuningOverride& operator=(const TuningOverride&) = delete;
-
- private:
-  fa3::FwdTuning saved_;
-};
-
-// The size rules (fa3/fwd_tuning.h) give the wide tiles only to long sequences, which the sweep
+// The size rules (fa3/fwd_plan.h) give the wide tiles only to long sequences, which the sweep
 // has few of: its d64 and d128 cases again with each tile forced (three consumer warpgroups,
-// 192 x 128, or two at d64; 144 or 176 keys at d128).
+// 192 x 128, or two at d64; 144 or 176 keys at d128 without causal or window limits). Calls with
+// softcap or ALiBi keep their tiles.
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
 
+PlanChange tiles(int d64_consumers, int d128_block_n, int d64_block_n = 128) {
+  return [=](fa3::FwdPlan* p, const AttnProblem& call) {
+    if (p->general_score) return;
+    if (p->head_dim == 64) {
+      p->consumers = d64_consumers;
+      p->block_n = d64_block_n;
+    }
+    if (p->head_dim == 128 && !call.mask.limits_keys()) p->block_n = d128_block_n;
+  };
+}
+
 void expect_matches_with_tiles(const AttentionCase& c, int d64_consumers, int d128_block_n, int d64_block_n = 128) {
-  const TuningOverride force([&](fa3::FwdTuning& t) {
-    t.d64_consumers = d64_consumers;
-    t.d128_block_n = d128_block_n;
-    t.d64_block_n = d64_block_n;
-  });
-  expect_fa3_matches_reference(c);
+  expect_fa3_matches_reference(c, tiles(d64_consumers, d128_block_n, d64_block_n));
 }
 
 TEST_P(Fa3ForwardWideTiles, MatchesReference) {
@@ -172,17 +186,20 @@ TEST_P(Fa3ForwardPersistent, MatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
-// Ping-pong forced each way (the default depends on the head dim and the mask).
+// Ping-pong forced each way (the default depends on the head dim and the mask; d64 has no
+// kernels without it).
+void force_pingpong(fa3::FwdPlan* p, bool on) {
+  if (!p->general_score) p->pingpong = on;
+}
+
 TEST_P(Fa3ForwardPersistent, PingPongOffMatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) { t.pingpong = 0; });
-  expect_fa3_matches_reference(GetParam());
+  expect_fa3_matches_reference(GetParam(), [](fa3::FwdPlan* p, const AttnProblem&) { force_pingpong(p, false); });
 }
 
 TEST_P(Fa3ForwardPersistent, PingPongOnMatchesReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) { t.pingpong = 1; });
-  expect_fa3_matches_reference(GetParam());
+  expect_fa3_matches_reference(GetParam(), [](fa3::FwdPlan* p, const AttnProblem&) { force_pingpong(p, true); });
 }
 
 // O stored each way: from registers, and staged in the V ring for TMA stores (each CTA's next tile
@@ -190,31 +207,25 @@ TEST_P(Fa3ForwardPersistent, PingPongOnMatchesReference) {
 // a value head dim of 128.
 TEST_P(Fa3ForwardPersistent, RegisterStoresMatchReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) { t.tma_store_o = 0; });
-  expect_fa3_matches_reference(GetParam());
+  expect_fa3_matches_reference(GetParam(), [](fa3::FwdPlan* p, const AttnProblem&) { p->tma_store_o = false; });
 }
 
 TEST_P(Fa3ForwardPersistent, TmaStoresMatchReference) {
   SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) { t.tma_store_o = 1; });
-  expect_fa3_matches_reference(GetParam());
+  expect_fa3_matches_reference(GetParam(), [](fa3::FwdPlan* p, const AttnProblem&) { p->tma_store_o = true; });
 }
 
 // d64 on 192 x 192 with P through shared memory: each CTA reuses its P tiles across work tiles.
 TEST_P(Fa3ForwardPersistent, PInSharedMemoryMatchesReference) {
   SKIP_WITHOUT_SM90();
   if (!takes_p_in_shared_memory(GetParam())) GTEST_SKIP() << "d64 plain unmasked calls only";
-  const TuningOverride force([](fa3::FwdTuning& t) {
-    t.d64_consumers = 3;
-    t.d64_block_n = 192;
-  });
-  expect_fa3_matches_reference(GetParam());
+  expect_fa3_matches_reference(GetParam(), tiles(3, 128, 192));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()), ParamTestName());
 
 // Causal, windowed, varlen and seqused_k calls with more work tiles than SMs on persistent CTAs
-// that take their tiles from the counter (FwdTuning::dynamic_schedule) and on a CTA per tile: the
+// that take their tiles from the counter (the dynamic schedule), in sections of each size: the
 // persistent grid's cases with a mask, a grid of exactly two full waves and a ragged one, and
 // varlen batches whose tiles outnumber the SMs (empty sequences, a sequence shorter than a block).
 std::vector<AttentionCase> unequal_tile_cases() {
@@ -272,11 +283,7 @@ std::vector<AttentionCase> unequal_tile_cases() {
 class Fa3ForwardUnequalTiles : public ::testing::TestWithParam<AttentionCase> {};
 
 void expect_matches_on_dynamic_schedule(const AttentionCase& c, int section_mb) {
-  const TuningOverride force([&](fa3::FwdTuning& t) {
-    t.dynamic_schedule = true;
-    t.section_mb = section_mb;
-  });
-  expect_fa3_matches_reference(c);
+  expect_fa3_matches_reference(c, [section_mb](fa3::FwdPlan* p, const AttnProblem&) { p->section_mb = section_mb; });
 }
 
 TEST_P(Fa3ForwardUnequalTiles, DynamicScheduleMatchesReference) {
@@ -290,31 +297,16 @@ TEST_P(Fa3ForwardUnequalTiles, DynamicSectionsMatchReference) {
   expect_matches_on_dynamic_schedule(GetParam(), 1);
 }
 
-TEST_P(Fa3ForwardUnequalTiles, CtaPerTileMatchesReference) {
-  SKIP_WITHOUT_SM90();
-  const TuningOverride force([](fa3::FwdTuning& t) { t.dynamic_schedule = false; });
-  expect_fa3_matches_reference(GetParam());
-}
-
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardUnequalTiles, ::testing::ValuesIn(unequal_tile_cases()), ParamTestName());
 
 // A race shows as results that move between runs: persistent (several tiles per CTA) at d128
 // (the 144- and 176-key tiles), d64 (three consumer warpgroups) and d256 (O's staging area spans
-// both V stages), and causal on a CTA per tile and on the dynamic schedule (the order of the
-// tiles moves between runs; the results must not).
+// both V stages), and causal on the dynamic schedule (the order of the tiles moves between runs;
+// the results must not).
 TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
-  // (d64: 192 x 128 tiles with 2304 keys, 192 x 192 with P through shared memory with 2300, the
-  // last key tile ragged.)
-  for (auto [d, causal, sk, dynamic] : {std::tuple{128, false, 2304, false}, std::tuple{128, false, 2816, false},
-                                        std::tuple{64, false, 2304, false}, std::tuple{64, false, 2300, false},
-                                        std::tuple{256, false, 1300, false}, std::tuple{128, true, 1500, false},
-                                        std::tuple{128, true, 1500, true}}) {
-    const TuningOverride force([dynamic = dynamic, p_smem = sk == 2300](fa3::FwdTuning& t) {
-      t.dynamic_schedule = dynamic;
-      t.d64_consumers = 3;  // the size rule would give this shape two
-      t.d64_block_n = p_smem ? 192 : 128;
-    });
+  for (auto [d, causal, sk] : {std::tuple{128, false, 2304}, std::tuple{128, false, 2816}, std::tuple{64, false, 2304},
+                               std::tuple{64, false, 2300}, std::tuple{256, false, 1300}, std::tuple{128, true, 1500}}) {
     AttentionCase c;
     c.batch = 2;
     c.seqlen_q = 1000;
@@ -323,8 +315,40 @@ TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
     c.heads_k = 4;
     c.head_dim = d;
     c.causal = causal;
-    SCOPED_TRACE(c.name() + (dynamic ? " dynamic" : ""));
-    expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100);
+    SCOPED_TRACE(c.name());
+    // At d64 three consumers (the size rule would give two), with 192 keys for the ragged 2300;
+    // elsewhere the rule's tiles (d128: 144 keys for 2304, 176 for 2816).
+    const gpu_test::Fa3FwdChoice choose = changed_plan([](fa3::FwdPlan* p, const AttnProblem& call) {
+      if (p->head_dim != 64) return;
+      p->consumers = 3;
+      p->block_n = call.lens.seqlen_k == 2300 ? 192 : 128;
+    });
+    ASSERT_TRUE(choose(AttentionRun(c).problem()));
+    expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100, gpu_test::fa3_fwd_with(choose));
+  }
+}
+
+// A forced plan that cannot run the call is refused by name before any kernel writes an output.
+TEST(Fa3ForwardPlans, PlansThatDoNotFitAreRefused) {
+  SKIP_WITHOUT_SM90();
+  AttentionCase c;
+  c.head_dim = 64;
+  c.causal = true;
+  AttentionRun run(c);
+  HostTensor out(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
+  const FwdParams host = run.fwd_params(out.view(), lse.view(), Backend::Fa3);
+  const fa3::FwdPlan plan = fa3::fwd_plan(run.problem());
+  fa3::FwdPlan no_pingpong = plan, wide = plan, other_dims = plan;
+  no_pingpong.pingpong = false;  // no d64 kernel without it
+  wide.consumers = 3;
+  wide.block_n = 192;  // unmasked calls only
+  other_dims.head_dim = other_dims.head_dim_v = 128;
+  for (const fa3::FwdPlan& bad : {no_pingpong, wide, other_dims}) {
+    const Status st = gpu_test::fwd_on_device_via(host, gpu_test::fa3_fwd_with([bad](const AttnProblem&) { return std::optional(bad); }));
+    EXPECT_EQ(st.code(), ErrorCode::InvalidArgument) << st.message();
+    EXPECT_EQ(st.argument(), "plan") << st.message();
+    const auto* o = static_cast<const uint8_t*>(out.data());
+    EXPECT_TRUE(std::all_of(o, o + out.numel() * 2, [](uint8_t x) { return x == 0xff; })) << "out was written";
   }
 }
 

@@ -1,0 +1,164 @@
+// The FA3 forward's plan (src/fa3/fwd_plan.h), host-only: tiles, ping-pong, the epilogue's stores
+// and the sections each call runs with (today's rules, written out per case), and the checks of
+// forced plans.
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <set>
+#include <tuple>
+
+#include "fa3/fwd_plan.h"
+#include "plan_test_util.h"
+
+namespace flashattn::fa3 {
+
+std::ostream& operator<<(std::ostream& os, const FwdPlan& p) {
+  return os << "{d" << p.head_dim << "/" << p.head_dim_v << " " << 64 * p.consumers << "x" << p.block_n
+            << (p.general_score ? " general" : " plain") << (p.pingpong ? " ping-pong" : "")
+            << (p.tma_store_o ? " tma stores" : "") << " sections " << p.section_mb << "}";
+}
+
+namespace {
+
+using test::causal;
+using test::FailsWith;
+using test::plan_call;
+using test::varlen;
+using test::windowed;
+
+FwdPlan tiles(int head_dim, int head_dim_v, int block_n, int consumers, bool pingpong, bool tma_store_o,
+              bool general = false) {
+  FwdPlan p;
+  p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
+  p.block_n = block_n;
+  p.consumers = consumers;
+  p.pingpong = pingpong;
+  p.tma_store_o = tma_store_o;
+  p.general_score = general;
+  return p;
+}
+
+AttnProblem with_dims(int64_t d, int64_t dv, int64_t sq, int64_t sk) {
+  AttnProblem p = plan_call(d, sq, sk);
+  p.head_dim_v = dv;
+  return p;
+}
+
+// d64: three consumer warpgroups (192 rows) where they pad the problem at most 7 % more than
+// 128 x 128; on three, 192 keys without causal or window limits from 2k keys where that pads the
+// keys at most 4 % more than 128.
+TEST(Fa3FwdPlan, D64Tiles) {
+  const std::tuple<int64_t, int64_t, int, int> unmasked[] = {
+      // seqlen_q, seqlen_k, consumers, keys per tile
+      {512, 512, 2, 128},   {1024, 1024, 2, 128}, {2048, 2048, 3, 192},  {4096, 4096, 3, 192}, {8192, 8192, 3, 192},
+      {16384, 16384, 3, 192}, {3000, 3000, 3, 192}, {1000, 2300, 2, 128}, {192, 2100, 3, 192}, {192, 2500, 3, 128},
+      {192, 1920, 3, 128},   {300, 700, 3, 128},
+  };
+  for (const auto& [sq, sk, consumers, block_n] : unmasked) {
+    for (int d : {32, 64}) {
+      EXPECT_EQ(fwd_plan(plan_call(d, sq, sk)), tiles(64, 64, block_n, consumers, true, false)) << sq << " x " << sk;
+      EXPECT_EQ(fwd_plan(varlen(plan_call(d, sq, sk))), tiles(64, 64, block_n, consumers, true, false)) << sq << " x " << sk;
+    }
+    // Causal and windowed calls keep 128 keys.
+    EXPECT_EQ(fwd_plan(causal(plan_call(64, sq, sk))), tiles(64, 64, 128, consumers, true, false)) << sq << " x " << sk;
+    EXPECT_EQ(fwd_plan(windowed(plan_call(64, sq, sk), 100, 30)), tiles(64, 64, 128, consumers, true, false));
+  }
+}
+
+// d128: 176 keys from 1k keys where that pads the keys at most 4 % more than 128, else 144 where
+// that pads at most 2 % more, else 128; causal and windowed calls 128.
+TEST(Fa3FwdPlan, D128Tiles) {
+  const std::tuple<int64_t, int> keys[] = {
+      {512, 128},  {700, 144},  {900, 144},  {1000, 144}, {1024, 176}, {2048, 176},
+      {2304, 144}, {2816, 176}, {4096, 176}, {8192, 176}, {16384, 176}, {1300, 176}, {1152, 144},
+  };
+  for (const auto& [sk, block_n] : keys) {
+    for (int d : {72, 128}) {
+      EXPECT_EQ(fwd_plan(plan_call(d, 1000, sk)), tiles(128, 128, block_n, 2, true, true)) << "d" << d << " sk " << sk;
+      EXPECT_EQ(fwd_plan(varlen(plan_call(d, 1000, sk))), tiles(128, 128, block_n, 2, true, false)) << "sk " << sk;
+    }
+    EXPECT_EQ(fwd_plan(causal(plan_call(128, 1000, sk))), tiles(128, 128, 128, 2, true, true)) << "sk " << sk;
+    EXPECT_EQ(fwd_plan(windowed(plan_call(128, 1000, sk), 200, -1)), tiles(128, 128, 128, 2, true, true));
+  }
+}
+
+// d192 (head_dim_v 192: 112 keys; up to 128: 128) and d256 (80 keys, ping-pong off without causal
+// or window limits).
+TEST(Fa3FwdPlan, D192AndD256Tiles) {
+  for (const AttnProblem& call : {plan_call(192, 512, 512), plan_call(160, 4096, 4096), causal(plan_call(192, 2048, 2048))})
+    EXPECT_EQ(fwd_plan(call), tiles(192, 192, 112, 2, true, true)) << test::describe(call);
+  for (const AttnProblem& call : {with_dims(192, 128, 512, 512), with_dims(192, 96, 4096, 4096)})
+    EXPECT_EQ(fwd_plan(call), tiles(192, 128, 128, 2, true, true)) << test::describe(call);
+  for (const AttnProblem& call : {plan_call(256, 512, 512), plan_call(200, 16384, 16384)})
+    EXPECT_EQ(fwd_plan(call), tiles(256, 256, 80, 2, false, true)) << test::describe(call);
+  for (const AttnProblem& call : {causal(plan_call(256, 512, 512)), windowed(plan_call(256, 2048, 2048), 300, 0)})
+    EXPECT_EQ(fwd_plan(call), tiles(256, 256, 80, 2, true, true)) << test::describe(call);
+  EXPECT_EQ(fwd_plan(varlen(plan_call(256, 700, 700))), tiles(256, 256, 80, 2, false, false));
+}
+
+// Softcap, ALiBi, scale <= 0: two consumers, no ping-pong, 128 keys (d192: 96, d256: 64).
+TEST(Fa3FwdPlan, GeneralScores) {
+  const std::tuple<int, int, FwdPlan> cases[] = {
+      {64, 64, tiles(64, 64, 128, 2, false, false, true)},      {128, 128, tiles(128, 128, 128, 2, false, true, true)},
+      {192, 128, tiles(192, 128, 128, 2, false, true, true)},   {192, 192, tiles(192, 192, 96, 2, false, true, true)},
+      {256, 256, tiles(256, 256, 64, 2, false, true, true)},
+  };
+  for (const auto& [d, dv, want] : cases)
+    for (int64_t seqlen : {512, 4096, 16384}) {
+      const AttnProblem base = with_dims(d, dv, seqlen, seqlen);
+      for (const AttnProblem& call : {test::with_softcap(base), test::with_alibi(base), test::with_negative_scale(base),
+                                      causal(test::with_softcap(base))})
+        EXPECT_EQ(fwd_plan(call), want) << test::describe(call);
+    }
+}
+
+TEST(Fa3FwdPlan, DefaultPlansPassTheirCheck) {
+  std::set<std::tuple<int, int, int, int, bool, bool>> seen;
+  for (const FwdKernelShape& k : kFwdKernels)
+    EXPECT_TRUE(seen.insert({k.head_dim, k.head_dim_v, k.block_n, k.consumers, k.general_score, k.pingpong}).second)
+        << "kernel listed twice: d" << k.head_dim << " " << k.block_n;
+  for (auto [d, dv] : {std::pair{64, 64}, {128, 128}, {192, 128}, {192, 192}, {256, 256}, {40, 40}, {100, 100}})
+    for (int64_t sk : {1, 100, 700, 1024, 2048, 2304, 2500, 8192})
+      for (int64_t sq : {1, 300, 2048}) {
+        const AttnProblem base = with_dims(d, dv, sq, sk);
+        for (const AttnProblem& call : {base, causal(base), windowed(base, 10, 10), varlen(base), test::with_softcap(base),
+                                        test::with_alibi(causal(base))}) {
+          EXPECT_TRUE(check_fwd_plan(fwd_plan(call), call).ok()) << test::describe(call);
+          EXPECT_EQ(fwd_plan(call).section_mb, 16);
+        }
+      }
+}
+
+TEST(Fa3FwdPlan, ForcedPlansAreChecked) {
+  const AttnProblem d64 = plan_call(64, 4096, 4096), d128 = plan_call(128, 4096, 4096);
+  // Other tiles than the rule's, where the call can take them.
+  EXPECT_TRUE(check_fwd_plan(tiles(64, 64, 128, 2, true, false), d64).ok());
+  EXPECT_TRUE(check_fwd_plan(tiles(64, 64, 192, 3, true, true), d64).ok());  // TMA stores at d64
+  EXPECT_TRUE(check_fwd_plan(tiles(128, 128, 144, 2, false, true), d128).ok());
+  EXPECT_TRUE(check_fwd_plan(tiles(128, 128, 128, 2, false, false), causal(d128)).ok());
+  EXPECT_TRUE(check_fwd_plan(tiles(256, 256, 80, 2, true, true), plan_call(256, 512, 512)).ok());
+  // d64 without ping-pong: measured slower and deleted (docs/PERF.md).
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(64, 64, 128, 3, false, false), d64), ErrorCode::InvalidArgument, "plan",
+                        "names no built kernel"));
+  // The wide key tiles take calls without causal or window limits only.
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(64, 64, 192, 3, true, false), causal(d64)), ErrorCode::InvalidArgument, "plan",
+                        "without causal or window limits"));
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(128, 128, 176, 2, true, true), windowed(d128, 10, 10)),
+                        ErrorCode::InvalidArgument, "plan", "without causal or window limits"));
+  // TMA stores on a varlen call; the call's head dims and score path; sections.
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(128, 128, 176, 2, true, true), varlen(d128)), ErrorCode::InvalidArgument, "plan",
+                        "dense calls only"));
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(128, 128, 128, 2, true, true), d64), ErrorCode::InvalidArgument, "plan",
+                        "has head dims 128 / 128, the call runs at 64 / 64"));
+  EXPECT_TRUE(FailsWith(check_fwd_plan(tiles(128, 128, 176, 2, true, true), test::with_softcap(d128)),
+                        ErrorCode::InvalidArgument, "plan", "another score path"));
+  FwdPlan sections = fwd_plan(causal(d128));
+  sections.section_mb = 0;
+  EXPECT_TRUE(check_fwd_plan(sections, causal(d128)).ok());
+  sections.section_mb = -1;
+  EXPECT_TRUE(FailsWith(check_fwd_plan(sections, causal(d128)), ErrorCode::InvalidArgument, "plan", "negative section"));
+}
+
+}  // namespace
+}  // namespace flashattn::fa3
