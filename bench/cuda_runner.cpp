@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "api/fa3_bwd_forced.h"
 #include "api/validate.h"
 #include "cuda_tensors.h"
 #include "fa2/fa2_backend.h"
+#include "fa3/bwd_variant_names.h"
 #include "fa3/fa3_backend.h"
 #include "kvcache_layout.h"
 #include "params.h"
@@ -22,6 +24,17 @@ namespace {
 // A plan the flags made that cannot run the call: the row is skipped with the library's reason.
 Status skipped_plan(const Status& why) {
   return Status::error(ErrorCode::Unsupported, "plan", "the forced plan does not run this call: " + why.message());
+}
+
+// fp8 inputs on the FA3 backend: the fp8 kernels with fp8_fwd_plan's choice, through the backend
+// entry (the public API refuses them until fa3::kFp8FwdEnabled).
+Status fp8_fwd(const FwdParams& params, std::function<Status()>* call) {
+  AttnProblem problem;
+  if (Status st = api::make_fwd_problem(params, &problem); !st.ok()) return st;
+  if (Status st = fa3::check_fp8(problem); !st.ok()) return st;
+  const fa3::Fp8FwdPlan plan = fa3::fp8_fwd_plan(problem);
+  *call = [problem, plan, stream = params.stream] { return fa3::fwd_fp8(problem, stream, &plan); };
+  return {};
 }
 
 // The calls of one case, through the backend entries with the flags' plans where flags are given
@@ -64,6 +77,7 @@ class CudaRunner final : public Runner {
     row->dtype = dtype_name(settings_.dtype);
     if (s.kvcache) return run_kvcache(s, row);
     const DType dt = settings_.dtype;
+    const DType out_dtype = dt == DType::F8E4M3 ? DType::BF16 : dt;  // fp8 attention writes bf16
     const int dev = settings_.device;
     const uint64_t seed = ++seed_ * 16;
 
@@ -72,7 +86,7 @@ class CudaRunner final : public Runner {
     if (!(st = q.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, seed + 1)).ok() ||
         !(st = k.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, seed + 2)).ok() ||
         !(st = v.create(dt, {s.batch, s.seqlen_k, s.heads_k, s.head_dim}, dev, seed + 3)).ok() ||
-        !(st = out.create(dt, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, 0)).ok() ||
+        !(st = out.create(out_dtype, {s.batch, s.seqlen_q, s.heads_q, s.head_dim}, dev, 0)).ok() ||
         !(st = lse.create(DType::F32, {s.batch, s.heads_q, s.seqlen_q}, dev, 0)).ok())
       return st;
     BENCH_CUDA_TRY(cudaDeviceSynchronize());  // the tensors' fills (see DeviceTensor)
@@ -86,8 +100,11 @@ class CudaRunner final : public Runner {
     const FwdParams fp = make_fwd_params(s, views, settings_.backend, stream_);
     if (c.direction == Direction::Fwd) {
       std::function<Status()> call = [&] { return fwd(fp); };
-      if (!settings_.fa2_fwd_plan.empty() || !settings_.fa3_fwd_plan.empty())
+      if (dt == DType::F8E4M3 && settings_.backend == Backend::Fa3) {
+        if (Status st = fp8_fwd(fp, &call); !st.ok()) return st;
+      } else if (!settings_.fa2_fwd_plan.empty() || !settings_.fa3_fwd_plan.empty()) {
         if (Status st = forced_fwd(fp, settings_, &call); !st.ok()) return st;
+      }
       return time_calls(call, row, /*flush_l2=*/false);
     }
 
@@ -105,6 +122,12 @@ class CudaRunner final : public Runner {
     views.dv = dv.view();
     const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_, settings_.deterministic);
     std::function<Status()> call = [&] { return bwd(bp); };
+    if (!settings_.fa3_bwd_variant.empty()) {
+      std::string why;
+      const fa3::BwdKernel kernel = *fa3::parse_bwd_kernel(settings_.fa3_bwd_variant, &why);  // (options checked it)
+      if (!(st = api::bwd_fa3_forced(bp, kernel)).ok()) return skipped_plan(st);
+      call = [&bp, kernel] { return api::bwd_fa3_forced(bp, kernel); };
+    }
     if (!settings_.fa2_bwd_plan.empty()) {
       BwdProblem problem;
       if (!(st = api::make_bwd_problem(bp, &problem)).ok()) return st;

@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include "fa3/bwd_variant_names.h"
+
 #include <cctype>
 #include <cstdlib>
 #include <functional>
@@ -44,7 +46,9 @@ score-matrix memory and the max |difference| of the outputs.
   --append                     with --kvcache: the call appends sq of the sk keys (k_new, v_new)
   --causal 0|1|both            causal settings to run (default: the grid's)
   --direction fwd|bwd|both     directions to run (default: the grid's)
-  --dtype bf16|fp16|fp32       element type of q, k, v, out (default bf16)
+  --dtype bf16|fp16|fp32|e4m3  element type of q, k, v, out (default bf16); e4m3: float8 q, k, v
+                               and bf16 out, forward only (with --backend fa3: the fp8 kernels
+                               with fp8_fwd_plan's choice, also while the public API refuses them)
   --warmup N                   untimed calls per case (default 1 on CPU, 3 on GPU)
   --repeats N                  timed calls per case; the median is reported (default 3 / 10)
   --threads N                  CPU threads (default 0 = all hardware threads)
@@ -56,7 +60,9 @@ score-matrix memory and the max |difference| of the outputs.
   --fa2-fwd-plan K=V[,K=V...]  with --backend fa2: run the FA2 forward with the kernel plan the
                                library picks per call (src/fa2/fwd_plan.h) changed in these fields:
                                base=1 (start from the base tiles: what sm80 runs, no decode or
-                               wide d256 tiles), block_m, block_n, warps, stage_pages=0|1; e.g.
+                               wide d256 tiles), block_m, block_n, warps, stage_pages=0|1,
+                               combine_sw=0|1 (split-KV partials merged by the split-weights
+                               combine kernel); e.g.
                                base=1, or block_m=64,block_n=64 (calls the plan cannot run are
                                skipped, with the library's reason)
   --fa2-bwd-plan K=V[,K=V...]  with --backend fa2: the FA2 backward's plan (src/fa2/bwd_plan.h):
@@ -65,6 +71,10 @@ score-matrix memory and the max |difference| of the outputs.
                                block_n, consumers=2|3, pingpong=0|1, tma_store=0|1 (O by TMA
                                stores), section_mb=N (the dynamic schedule's sections; 0 = one head
                                each); e.g. pingpong=0,block_n=144
+  --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
+                               (src/fa3/bwd_variant_names.h: default, or dq-alternate | dq-overlap,
+                               evict-last, regs240 joined by '+'; calls where it is not built are
+                               skipped)
   --json FILE                  also write every row as JSON
   -h, --help                   this text
 )";
@@ -197,6 +207,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
          if (v == "bf16") o.dtype = DType::BF16;
          else if (v == "fp16") o.dtype = DType::F16;
          else if (v == "fp32") o.dtype = DType::F32;
+         else if (v == "e4m3") o.dtype = DType::F8E4M3;
          else return false;
          return true;
        }},
@@ -229,6 +240,13 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
       {"--fa2-fwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa2Fwd, v, &o.fa2_fwd_plan); }},
       {"--fa2-bwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa2Bwd, v, &o.fa2_bwd_plan); }},
       {"--fa3-fwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa3Fwd, v, &o.fa3_fwd_plan); }},
+      {"--fa3-bwd-variant",
+       [&](const std::string& v) {
+         std::string why;
+         if (!fa3::parse_bwd_kernel(v, &why)) *error = why;
+         o.fa3_bwd_variant = v;
+         return error->empty();
+       }},
       {"--json",
        [&](const std::string& v) {
          o.json_path = v;
@@ -285,8 +303,12 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
     *error = "--fa2-fwd-plan and --fa2-bwd-plan need --backend fa2";
     return std::nullopt;
   }
-  if (!o.fa3_fwd_plan.empty() && o.backend != BackendChoice::Fa3) {
-    *error = "--fa3-fwd-plan needs --backend fa3";
+  if ((!o.fa3_fwd_plan.empty() || !o.fa3_bwd_variant.empty()) && o.backend != BackendChoice::Fa3) {
+    *error = "--fa3-fwd-plan and --fa3-bwd-variant need --backend fa3";
+    return std::nullopt;
+  }
+  if (o.dtype == DType::F8E4M3 && o.filter.direction != Direction::Fwd) {
+    *error = "--dtype e4m3 has no backward: add --direction fwd";
     return std::nullopt;
   }
   if (kvcache_given) o.shape->kvcache = kvcache;

@@ -12,7 +12,7 @@ list of rows; any number of each, in any order.
 import json
 import sys
 
-RATIO_PEERS = ("fa3", "torch-fa2", "cudnn")
+RATIO_PEERS = ("fa3", "fa3-fp8", "torch-fa2", "cudnn")
 
 
 def seqlens(row):

@@ -79,6 +79,9 @@ struct FwdPlan {
   // Paged K/V: the pages of the next two tiles go to shared memory before the wait on the tile in
   // flight, where the GPU has the bytes (else each thread reads the block table itself).
   bool stage_pages = false;
+  // Split-KV partials merged by the split-weights combine kernel (fa2/combine_plan.h; forced
+  // plans only until it has run on a GPU), else by combine_plan's.
+  bool combine_split_weights = false;
   friend bool operator==(const FwdPlan&, const FwdPlan&) = default;
 };
 

@@ -20,17 +20,7 @@ Status unsupported(const std::string& why) { return Status::error(ErrorCode::Uns
 // The head dim an fp8 call runs at: 64, 128 or 256 (its q/k and v head dims in one class).
 int fp8_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-// Whether a block_m x block_n tile pads the problem by at most `slack` more than base_m x base_n
-// (as fwd_tuning.h's rule for the 16-bit tiles).
-bool pads_at_most(int64_t sq, int64_t sk, int block_m, int block_n, int base_m, int base_n, double slack) {
-  auto padded = [](int64_t x, int block) { return double((x + block - 1) / block * block); };
-  return padded(sq, block_m) * padded(sk, block_n) <= (1.0 + slack) * padded(sq, base_m) * padded(sk, base_n);
-}
-
-bool dense_out(const AttnProblem& p) {
-  return p.lens.cu_seqlens_q == nullptr && p.out.cu_seqlens == nullptr && p.out.block_table == nullptr &&
-         p.out.batch_index == nullptr;
-}
+// pads_at_most and out_is_dense: fa3/fwd_plan.h (the 16-bit forward's rules).
 
 Fp8FwdPlan plan_of(const Fp8Tile& t, const AttnProblem& p) {
   Fp8FwdPlan plan;
@@ -40,7 +30,7 @@ Fp8FwdPlan plan_of(const Fp8Tile& t, const AttnProblem& p) {
   plan.general_score = t.general_score;
   plan.pingpong = t.pingpong;
   // O by TMA stores from a value head dim of 128 on dense calls (the 16-bit rule, fwd_launch.cu).
-  plan.tma_store_o = t.head_dim >= 128 && dense_out(p) && fp8_tile_stages_o(t);
+  plan.tma_store_o = t.head_dim >= 128 && out_is_dense(p) && fp8_tile_stages_o(t);
   return plan;
 }
 
@@ -122,7 +112,7 @@ Status make_fp8_fwd_maps(const AttnProblem& p, int block_m, int block_n, int swi
       !st.ok())
     return st;
   maps->o_by_tma = 0;
-  if (o_by_tma && dense_out(p) &&
+  if (o_by_tma && out_is_dense(p) &&
       map_rows(&maps->o, p.out, p.out_dtype, p.head_dim_v, p.heads_q, query_rows, p.batch, uint32_t(block_m)).ok())
     maps->o_by_tma = 1;
   return {};
@@ -138,7 +128,7 @@ Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan
   if (plan.general_score != !p.plain_forward_scores())
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 fp8 fwd: the plan's general_score must say whether the call has softcap, ALiBi or a scale <= 0");
-  if (plan.tma_store_o && !dense_out(p))
+  if (plan.tma_store_o && !out_is_dense(p))
     return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 fp8 fwd: TMA stores of O need a dense (not varlen) out");
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;

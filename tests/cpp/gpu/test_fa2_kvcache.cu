@@ -49,6 +49,22 @@ std::vector<KvCase> gpu_kv_d256_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheBaseTiles, ::testing::ValuesIn(gpu_kv_d256_cases()), ParamTestName());
 
+// The KV-cache sweep with split-KV partials merged by the split-weights combine kernel (the plan's
+// combine_split_weights; forced only until it has run here).
+class Fa2KvCacheSplitWeights : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(Fa2KvCacheSplitWeights, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const gpu_test::Fa2FwdChoice merged = gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
+    fa2::FwdPlan plan = fa2::fwd_plan(call, limits);
+    plan.combine_split_weights = true;
+    return std::optional(plan);
+  });
+  check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::on_device(gpu_test::fa2_kvcache_with(merged)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheSplitWeights, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
+
 // Left-padded caches and varlen queries, each sequence checked alone (kv_alone_case.cpp).
 std::vector<KvAloneCase> gpu_kv_alone_cases() {
   std::vector<KvAloneCase> cases;

@@ -72,36 +72,7 @@ TEST_P(Fa3Forward, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()), ParamTestName());
 
-// FP8 (e4m3 with descales). Until its kernels are built, every case must be refused by name before
-// anything runs; once they run, each case must meet the rule against the reference that rounds P
-// to fp8 (the kernels' arithmetic; scores and output in bf16).
-class Fa3Fp8Forward : public ::testing::TestWithParam<AttentionCase> {};
-
-TEST_P(Fa3Fp8Forward, MatchesReferenceOnceBuilt) {
-  SKIP_WITHOUT_SM90();
-  const AttentionCase& c = GetParam();
-  AttentionRun run(c);
-  std::vector<int64_t> out_shape = run.q.shape();
-  out_shape.back() = c.dv();
-  HostTensor probe(c.out_dtype(), out_shape);
-  const Status st = gpu_test::fwd_on_device(run.fwd_params(probe.view(), {}, Backend::Fa3));
-  if (st.code() == ErrorCode::Unsupported && st.message().find("fp8 kernels are not built yet") != std::string::npos) {
-    EXPECT_EQ(st.argument(), "q") << st.message();
-    return;
-  }
-  const FwdResult f = run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
-  expect_within(f.out, 2.0, rounding_floor(c.out_dtype(), f.out.reference_max), "out");
-  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
-}
-
-std::vector<AttentionCase> fa3_fp8_sweep() {
-  std::vector<AttentionCase> cases;
-  for (const AttentionCase& c : fp8_sweep())
-    if (c.alibi == 0 && c.num_splits <= 1 && fa3_head_dims(c.head_dim, c.dv())) cases.push_back(c);  // as fa3_sweep; no ALiBi in FA3
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Fp8Forward, ::testing::ValuesIn(fa3_fp8_sweep()), ParamTestName());
+// FP8: test_fa3_fp8.cu.
 
 // The size rules (fa3/fwd_plan.h) give the wide tiles only to long sequences, which the sweep
 // has few of: its d64 and d128 cases again with each tile forced (three consumer warpgroups,

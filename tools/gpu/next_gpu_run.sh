@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# On the GPU machine, one call: everything that is built but switched on only through forced plans
+# (FA3 backward kernel variants, the fp8 forward, the split-weights combine) plus the refactored
+# plan functions' defaults, and each beside its default and FlashAttention-3 in the same call.
+#   anchor-build.log       FlashAttention-3 built from .anchors/ (bf16 and fp8), in the background
+#                          while the tests run (CPU only)
+#   build.log, ptxas.txt   flashattn_gpu_tests and flashattn_bench (sm_90a), unless build-gpu/ came
+#                          along prebuilt (carry build-gpu/tests/cpp/flashattn_gpu_tests and
+#                          build-gpu/bench/flashattn_bench)
+#   tests-*.log            the gated suites, then the default suites the plan refactor touched
+#   sanitize/              synccheck/racecheck/memcheck on small cases of the new kernels
+#   bench/                 ours (defaults, each FA3 backward variant, fp8, the combine) beside FA3:
+#                          bench/table.md, bench/fp8.md, bench/decode.md
+# Steps, in this order: NEXT_STEPS="anchor build gated variants sanitize bench decode fa3 defaults"
+# (default: all); NEXT_DEADLINE (s) skips the steps that would start after it; TESTS_TIMEOUT per group.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
+logdir="${1:?usage: tools/gpu/next_gpu_run.sh LOGDIR}"
+mkdir -p "$logdir"
+logdir="$(cd "$logdir" && pwd)"
+steps=" ${NEXT_STEPS:-anchor build gated variants sanitize bench decode fa3 defaults} "
+export FA_GPU_GENCODE="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
+fa_setup_path
+tests_bin="$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests"
+bench_bin="$FA_GPU_BUILD/bench/flashattn_bench"
+anchor_pid=""
+have_anchor=0
+[[ -f "$FA_ROOT/.anchors/tools/fa3_anchor.sh" ]] && have_anchor=1
+
+# step NAME: whether NAME was asked for and the call's deadline (NEXT_DEADLINE seconds, default 540)
+# leaves time for it; a step skipped for time is named so that the next call can run it.
+step() {
+  [[ "$steps" == *" $1 "* ]] || return 1
+  if ((SECONDS > ${NEXT_DEADLINE:-540})); then
+    echo "skipped for time: $1"
+    return 1
+  fi
+}
+anchor_built() { compgen -G "$FA_ROOT/.anchors/fa3/hopper/*.so" >/dev/null; }
+
+if step anchor && [[ $have_anchor == 1 ]] && ! anchor_built; then
+  (cd "$FA_ROOT" && nice bash .anchors/tools/fa3_anchor.sh build fp8) >"$logdir/anchor-build.log" 2>&1 &
+  anchor_pid=$!
+fi
+if step build; then
+  if [[ -x "$tests_bin" && -x "$bench_bin" ]]; then
+    echo "build: prebuilt binaries carried"
+  else
+    fa_build_tests_and_bench "$logdir"
+  fi
+fi
+
+# run_group NAME FILTER: one gtest run, its summary line and first failures.
+run_group() {
+  local name="$1" filter="$2" start=$SECONDS
+  timeout "${TESTS_TIMEOUT:-300}" "$tests_bin" --gtest_filter="$filter" >"$logdir/tests-$name.log" 2>&1
+  echo "tests $name: exit $? in $((SECONDS - start)) s ($(grep -E '^\[  (PASSED|FAILED)  \]' "$logdir/tests-$name.log" | tr '\n' ' '))"
+  grep -E '^\[  FAILED  \]' "$logdir/tests-$name.log" | head -n 12
+}
+step gated && run_group gated "Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:*Fa2KvCacheSplitWeights.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*"
+step variants && run_group variants "*/Fa3BackwardVariant.*:*/Fa3BackwardVariantRepeat.*"
+if step sanitize; then
+  mkdir -p "$logdir/sanitize"
+  sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
+  small="dq_alternate/Fa3BackwardVariant.MatchesReference/0_*:dq_overlap/Fa3BackwardVariant.MatchesReference/0_*"
+  small+=":dq_alternate/Fa3BackwardVariant.DeterministicMatchesReference/0_*:regs240/Fa3BackwardVariant.MatchesReference/0_*"
+  small+=":Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/0_*:Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/3_*:Fa2CombinePlan.SplitWeightsFixedCases"
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests_bin" --gtest_filter="$small" >"$logdir/sanitize/$tool.log" 2>&1
+    echo "sanitize $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logdir/sanitize/$tool.log" | tail -n 1))"
+  done
+fi
+out="$logdir/bench"
+mkdir -p "$out"
+b() {  # b NAME ARGS...: one flashattn_bench run into out/NAME.json, rows renamed NAME
+  local name="$1" start=$SECONDS
+  shift
+  "$bench_bin" "$@" --json "$out/$name.json" >"$out/$name.txt" 2>&1 || tail -n 5 "$out/$name.txt"
+  [[ -f "$out/$name.json" ]] && fa_rename_backend "$out/$name.json" "$name"
+  echo "bench $name: $((SECONDS - start)) s"
+}
+if step bench; then
+  b fa3 --backend fa3 --grid peers --direction both
+  b fa3-det --backend fa3 --grid peers --direction bwd --deterministic
+  for v in ${NEXT_BWD_VARIANTS:-dq-alternate dq-overlap evict-last regs240 dq-alternate+evict-last dq-alternate+regs240 dq-overlap+regs240 dq-overlap+evict-last}; do
+    b "bwd-$v" --backend fa3 --grid peers --direction bwd --fa3-bwd-variant "$v"
+  done
+  b fp8 --backend fa3 --grid peers --direction fwd --dtype e4m3
+fi
+if step decode; then
+  b decode --backend auto --grid decode
+  b decode-sw --backend fa2 --grid decode --fa2-fwd-plan combine_sw=1
+fi
+if step fa3 && [[ $have_anchor == 1 ]]; then
+  [[ -n "$anchor_pid" ]] && { wait "$anchor_pid" || tail -n 20 "$logdir/anchor-build.log"; }
+  export PYTHONPATH="$FA_ROOT/.anchors/fa3/hopper"
+  start=$SECONDS
+  python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid peers --seqlens "${NEXT_SEQLENS:-1024,2048,4096,8192,16384}" \
+    --json "$out/peers.json" >"$out/peers.txt" 2>&1 || tail -n 5 "$out/peers.txt"
+  python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid fp8 --no-sdpa --seqlens "${NEXT_SEQLENS:-1024,2048,4096,8192,16384}" \
+    --json "$out/peers-fp8.json" >"$out/peers-fp8.txt" 2>&1 || tail -n 5 "$out/peers-fp8.txt"
+  echo "fa3 bench: $((SECONDS - start)) s"
+fi
+step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:*Fa3Backward*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*-*/Fa3BackwardVariant*"
+# Whatever this call or an earlier one on this machine measured, joined.
+[[ -n "$anchor_pid" ]] && wait "$anchor_pid"
+join() { local f=() x; for x in "$@"; do [[ -f "$x" ]] && f+=("$x"); done; ((${#f[@]})) && python3 "$FA_ROOT/bench/peers/join.py" "${f[@]}"; }
+join "$out/peers.json" "$out"/fa3.json "$out"/fa3-det.json "$out"/bwd-*.json >"$out/table.md"
+join "$out/peers-fp8.json" "$out/fp8.json" >"$out/fp8.md"
+join "$out/decode.json" "$out/decode-sw.json" >"$out/decode.md"
+echo "call: $SECONDS s"
