@@ -39,7 +39,7 @@ step() {
 anchor_built() { compgen -G "$FA_ROOT/.anchors/fa3/hopper/*.so" >/dev/null; }
 
 if step anchor && [[ $have_anchor == 1 ]] && ! anchor_built; then
-  (cd "$FA_ROOT" && nice bash .anchors/tools/fa3_anchor.sh build fp8) >"$logdir/anchor-build.log" 2>&1 &
+  (cd "$FA_ROOT" && MAX_JOBS="${ANCHOR_JOBS:-10}" nice bash .anchors/tools/fa3_anchor.sh build fp8) >"$logdir/anchor-build.log" 2>&1 &
   anchor_pid=$!
 fi
 if step build; then
