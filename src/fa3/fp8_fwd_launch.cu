@@ -29,8 +29,10 @@ Fp8FwdPlan plan_of(const Fp8Tile& t, const AttnProblem& p) {
   plan.block_n = t.block_n;
   plan.general_score = t.general_score;
   plan.pingpong = t.pingpong;
-  // O by TMA stores from a value head dim of 128 on dense calls (the 16-bit rule, fwd_launch.cu).
-  plan.tma_store_o = t.head_dim >= 128 && out_is_dense(p) && fp8_tile_stages_o(t);
+  // O by registers: O staged in V's shared memory for TMA stores gave wrong rows on the GPU
+  // (docs/PERF.md), so no fp8 plan stores by TMA.
+  plan.tma_store_o = false;
+  (void)p;
   return plan;
 }
 
@@ -128,8 +130,8 @@ Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan
   if (plan.general_score != !p.plain_forward_scores())
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 fp8 fwd: the plan's general_score must say whether the call has softcap, ALiBi or a scale <= 0");
-  if (plan.tma_store_o && !out_is_dense(p))
-    return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 fp8 fwd: TMA stores of O need a dense (not varlen) out");
+  if (plan.tma_store_o)
+    return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 fp8 fwd: O is stored from registers (TMA stores of O are off)");
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;
   const SeqlenBounds bounds = seqlen_bounds(p);

@@ -183,6 +183,10 @@ TEST(Fa3Fp8Forward, RefusesWhatItDoesNotCover) {
   }
   fa3::Fp8FwdPlan general{128, 128, 128, true, false};  // the call has plain scores
   EXPECT_EQ(run_with(causal, &general).argument(), "plan");
+  const AttentionRun causal_run(causal);
+  fa3::Fp8FwdPlan tma_store = fa3::fp8_fwd_plans(host_problem(causal_run, causal)).front();
+  tma_store.tma_store_o = true;  // off: staging O in V's buffers gave wrong rows
+  EXPECT_EQ(run_with(causal, &tma_store).argument(), "plan");
 }
 
 // Longer sequences over several key tiles (ring wrap, ragged last tiles around the tile widths),
