@@ -81,6 +81,19 @@ KvRun::KvRun(const KvCase& c) : c_(c) {
     slopes = HostTensor(DType::F32, {c.batch, c.heads_q});
     slopes.fill_uniform(rng, 0.05f, 0.5f);
   }
+  // Slots past each sequence's keys (cache_seqlens + appended) poisoned with NaN: a kernel that
+  // reads one turns its row NaN.
+  if (c.nan_past_cache && !c.full_cache)
+    for (int b = 0; b < c.batch; ++b)
+      for (int pos = lens[size_t(b)] + c.seqlen_new; pos < c.capacity; ++pos) {
+        const int32_t page = paged ? block_table.as<int32_t>()[b * pages_per_seq + pos / c.page_size] : 0;
+        if (page < 0) continue;  // an unused page: no slot
+        // The cache row of (b, pos), in units of heads_k rows.
+        const int64_t slot = paged ? int64_t(page) * c.page_size + pos % c.page_size
+                                   : int64_t(c.batch_idx ? batch_index.as<int32_t>()[b] : b) * c.capacity + pos;
+        for (int64_t e = 0; e < int64_t(c.heads_k) * c.head_dim; ++e) k_cache.set(slot * c.heads_k * c.head_dim + e, std::nanf(""));
+        for (int64_t e = 0; e < int64_t(c.heads_k) * c.dv(); ++e) v_cache.set(slot * c.heads_k * c.dv() + e, std::nanf(""));
+      }
   // fp8: a distinct factor per (batch entry, kv head), drawn from their own stream.
   if (c.dtype == DType::F8E4M3) {
     std::mt19937_64 descale_rng(c.seed ^ 0xfb8ull);
@@ -123,6 +136,20 @@ KvCacheParams KvRun::params(const HostTensor& kc, const HostTensor& vc, TensorVi
 
 std::vector<int64_t> KvRun::out_shape() const { return {c_.batch, c_.seqlen_q, c_.heads_q, c_.dv()}; }
 std::vector<int64_t> KvRun::lse_shape() const { return {c_.batch, c_.heads_q, c_.seqlen_q}; }
+
+namespace {
+
+// max_abs_diff where NaN matches NaN: caches poisoned past their keys (KvCase::nan_past_cache).
+double cache_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    worst = std::max(worst, max_abs_diff({a[i]}, {b[i]}));
+  }
+  return worst;
+}
+
+}  // namespace
 
 void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner) {
   SCOPED_TRACE(c.name());
@@ -171,10 +198,11 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
   // The appended (and rotated) keys land in the same slots as the reference's, within one
   // rounding of the stored dtype; every other slot is untouched.
   const std::vector<float> kf = k_fast.to_float(), kr = k64.to_float(), k0 = k_cache.to_float();
-  EXPECT_LE(max_abs_diff(kf, kr), rounding_floor(c.dtype, max_abs(kr)));
-  EXPECT_EQ(max_abs_diff(v_fast.to_float(), v64.to_float()), 0.0);
+  const auto diff = c.nan_past_cache ? cache_diff : max_abs_diff;
+  EXPECT_LE(diff(kf, kr), rounding_floor(c.dtype, max_abs(kr)));
+  EXPECT_EQ(diff(v_fast.to_float(), v64.to_float()), 0.0);
   if (c.seqlen_new == 0) {
-    EXPECT_EQ(max_abs_diff(kf, k0), 0.0) << "no k_new, yet the cache changed";
+    EXPECT_EQ(diff(kf, k0), 0.0) << "no k_new, yet the cache changed";
   }
 }
 
