@@ -80,5 +80,8 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
 
 // The sweep every backend runs.
 std::vector<KvCase> kv_cases();
+// Speculative decoding's shapes: a few new tokens x GQA ratios x masks, score modifiers, splits,
+// dense and paged caches poisoned past their keys (the packed-query FA2 plans' cases).
+std::vector<KvCase> speculative_kv_cases();
 
 }  // namespace flashattn::test

@@ -67,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheSplitWeights, ::testing::ValuesIn(gpu_
 
 // The query heads of each KV head packed into the rows of its tiles for any seqlen_q
 // (FwdPlan::pack_gqa_queries, fa2::fwd_packed_queries_tiles; forced only until it has run here):
-// the KV-cache sweep, and speculative decoding's shapes.
+// the KV-cache sweep, and speculative decoding's shapes (speculative_kv_cases, kvcache_case.h).
 gpu_test::Fa2FwdChoice packed_query_heads() {
   return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
     return std::optional(fa2::fwd_packed_queries_tiles(call, limits));
@@ -82,60 +82,6 @@ TEST_P(Fa2KvCachePackedQueries, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCachePackedQueries, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
-
-// Speculative decoding: seqlen_q 2..16 new tokens (appended to the cache, or not) x GQA 1/4/8/16,
-// causal (bottom-right: token i sees keys up to cache + i), a left window, ALiBi, softcap, a
-// non-causal window, split-KV 1/2/5/automatic, dense / paged (pages of 16 and 7) caches whose
-// slots past each sequence's keys are NaN; head dims 64, 128, 256 and a padded 96; then a few
-// shapes of their own (more rows than a tile, a batch index, unused pages).
-std::vector<KvCase> speculative_kv_cases() {
-  std::vector<KvCase> cases;
-  int i = 0;
-  for (int sq : {2, 3, 4, 5, 7, 8, 12, 16})
-    for (int group : {1, 4, 8, 16}) {
-      KvCase c;
-      c.batch = 3;
-      c.seqlen_q = sq;
-      c.seqlen_new = i % 3 == 2 ? 0 : sq;
-      c.heads_k = 2;
-      c.heads_q = 2 * group;
-      c.capacity = 200 + 31 * (i % 5);
-      c.head_dim = i % 4 == 0 ? 64 : i % 4 == 1 ? 128 : i % 4 == 2 ? 256 : 96;
-      c.causal = i % 5 != 4;
-      if (i % 5 == 1) c.window_left = 40;
-      if (i % 5 == 2) c.alibi = 1 + i % 2;
-      if (i % 5 == 3) c.softcap = 15.f;
-      if (i % 5 == 4) {
-        c.window_left = 30;
-        c.window_right = 3;
-      }
-      const int split_choice = (i + i / 4) % 4;  // not in step with the head dim
-      c.num_splits = split_choice == 0 ? 1 : split_choice == 1 ? 2 : split_choice == 2 ? 5 : 0;  // 0: automatic
-      c.page_size = (i / 2) % 3 == 0 ? 0 : (i / 2) % 3 == 1 ? 16 : 7;
-      c.nan_past_cache = true;
-      c.dtype = i % 2 == 0 ? DType::BF16 : DType::F16;
-      cases.push_back(c);
-      ++i;
-    }
-  auto add = [&](auto f) {
-    KvCase c;
-    c.seqlen_q = c.seqlen_new = 16;
-    c.heads_q = 32;
-    c.heads_k = 2;  // 256 rows per KV head: several row blocks
-    c.causal = true;
-    c.nan_past_cache = true;
-    f(c);
-    cases.push_back(c);
-  };
-  add([](KvCase&) {});
-  add([](KvCase& c) { c.head_dim = 128; c.softcap = 10.f; c.num_splits = 3; });
-  add([](KvCase& c) { c.head_dim = 128; c.seqlen_q = c.seqlen_new = 6; c.heads_q = 14; c.batch_idx = true; });  // G = 7
-  add([](KvCase& c) { c.seqlen_q = c.seqlen_new = 4; c.heads_q = 24; c.page_size = 16; c.unused_pages = true; c.alibi = 2; });
-  add([](KvCase& c) { c.seqlen_q = 3; c.seqlen_new = 3; c.heads_q = 8; c.rotary_dim = 64; c.num_splits = 0; });
-  add([](KvCase& c) { c.seqlen_q = 5; c.seqlen_new = 0; c.heads_q = 16; c.full_cache = true; c.capacity = 100; c.nan_past_cache = false; });
-  for (size_t j = 0; j < cases.size(); ++j) cases[j].seed = 2000 + j;
-  return cases;
-}
 
 INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCachePackedQueries, ::testing::ValuesIn(speculative_kv_cases()), ParamTestName());
 
