@@ -233,8 +233,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   };
 
   if (tile_begin < tile_end) {
-    if constexpr (kPackGqa) load_packed_query_tile_async<Config, kBlockM>(p.q, b, head0, row0, rows_here, int(p.head_dim), pack.group, smem_q);
-    else load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
+    if constexpr (kPackGqa)
+      load_packed_query_tile_async<Config, kBlockM>(p.q, b, head0, row0, rows_here, int(p.head_dim), pack.group, smem_q);
+    else
+      load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
     if (stage_pages) {
       stage_tile_pages(tile_begin);
       __syncthreads();

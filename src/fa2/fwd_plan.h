@@ -71,6 +71,7 @@ inline constexpr FwdKernelShape kFwdKernels[] = {
 // The kernels built with query heads packed into rows (FwdPlan::pack_gqa_queries): the decode
 // tiles and d256's base tiles (sm80 and sm86 have no room for its decode ones) for plain scores,
 // the base tiles of d64, d128 and d256 for softcap / ALiBi; other head dims run padded to these.
+// fwd_launch_packed.cu instantiates exactly these, FwdConfig's kPackGqa set.
 inline constexpr FwdKernelShape kFwdPackedQueryKernels[] = {
     {64, 64, 64, 4, false, false, false},
     {128, 64, 64, 4, false, false, false},
