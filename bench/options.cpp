@@ -62,7 +62,9 @@ score-matrix memory and the max |difference| of the outputs.
                                base=1 (start from the base tiles: what sm80 runs, no decode or
                                wide d256 tiles), block_m, block_n, warps, stage_pages=0|1,
                                combine_sw=0|1 (split-KV partials merged by the split-weights
-                               combine kernel); e.g.
+                               combine kernel), pack_gqa_queries=0|1 (the query heads of a KV
+                               head packed into the rows of its tiles, for any seqlen_q; on the
+                               chosen tiles); e.g.
                                base=1, or block_m=64,block_n=64 (calls the plan cannot run are
                                skipped, with the library's reason)
   --fa2-bwd-plan K=V[,K=V...]  with --backend fa2: the FA2 backward's plan (src/fa2/bwd_plan.h):

@@ -21,6 +21,7 @@
 #include "arch/sm80/mma.cuh"
 #include "fa2/tile_load.cuh"
 #include "common/mask.h"
+#include "common/pack_gqa.h"
 #include "common/philox.h"
 #include "common/problem.h"
 #include "common/score.h"
@@ -38,7 +39,7 @@ inline constexpr int kSmemPerSm = 228 * 1024;
 #endif
 
 template <typename Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, bool kDropout_,
-          bool kGeneralScore_ = true, bool kQInRegs_ = false>
+          bool kGeneralScore_ = true, bool kQInRegs_ = false, bool kPackGqa_ = false>
 struct FwdConfig {
   using Element = Element_;
   // Dropout is a template flag: its Philox state would otherwise take registers from every call.
@@ -74,6 +75,11 @@ struct FwdConfig {
   // Q's A fragments stay in registers across the key loop (kHeadDim / 16 * kMTiles * 4 of them)
   // instead of being re-read from shared memory for every key tile.
   static constexpr bool kQInRegs = kQInRegs_;
+  // The query heads of a KV head packed into the rows (common/pack_gqa.h, can_pack_gqa_queries):
+  // one CTA per (row block, KV head, sequence), row t * G + g being token t of query head
+  // h_k * G + g; the mask and ALiBi take the row's token and head.
+  static constexpr bool kPackGqa = kPackGqa_;
+  static_assert(!(kPackGqa && kDropout), "dropout is drawn per query head and row: never packed");
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
 
 };
@@ -87,7 +93,7 @@ __device__ __forceinline__ bool moves_row_max(float tile_max, float row_max, flo
 
 template <typename Config>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
-    fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws, const bool stage_pages) {
+    fwd_kernel(const AttnProblem p, const SplitWorkspace split_ws, const bool stage_pages, const QueryRowPack pack) {
   using Element = typename Config::Element;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
   constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
@@ -100,13 +106,21 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // the next two K/V tiles, [tile & 1][row] (kPagesSmemBytes past the K/V stages).
   int32_t* smem_pages = reinterpret_cast<int32_t*>(smem_v + Config::kStages * Config::kSmemKV);
 
-  // blockIdx.x = row block * splits + split; without split-KV there is one split.
+  // blockIdx.x = row block * splits + split; without split-KV there is one split. blockIdx.y: the
+  // query head, or the KV head where query heads are packed into rows.
+  constexpr bool kPackGqa = Config::kPackGqa;
   const int64_t b = blockIdx.z, h = blockIdx.y;
   const int split = int(blockIdx.x) % split_ws.splits;
   const int row0 = int(blockIdx.x) / split_ws.splits * kBlockM;
-  const int sq = int(p.lens.q(b)), sk = int(p.lens.k(b));
+  // sq: the rows of (b, h); tokens: its query tokens, which the mask aligns with the keys (one
+  // per row unless packed: then G x seqlen_q rows).
+  const int sq = kPackGqa ? pack.rows : int(p.lens.q(b)), sk = int(p.lens.k(b));
+  const int tokens = kPackGqa ? int(p.lens.seqlen_q) : sq;
   if (row0 >= sq) return;
-  const int64_t hk = p.kv_head(h);
+  const int64_t hk = kPackGqa ? h : p.kv_head(h);
+  const int64_t head0 = kPackGqa ? h * pack.group.divisor : h;  // the query head of row 0
+  // The query token of a row (packed: row / G, its query head head0 + row % G).
+  const auto token_of = [&](int row) { return kPackGqa ? pack.group.div(row) : row; };
   const int rows_here = sq - row0 < kBlockM ? sq - row0 : kBlockM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
@@ -115,7 +129,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // share of every K/V tile and meets every barrier, but skips the math.
   const bool warp_without_rows = warp_row0 >= sq;
 
-  KeyRange keys = visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
+  KeyRange keys = kPackGqa ? visible_keys(p.mask, token_of(row0), token_of(row0 + rows_here - 1) + 1, tokens, sk)
+                           : visible_keys(p.mask, row0, row0 + rows_here, sq, sk);
   if (split_ws.splits > 1) {
     const KeyRange share = split_key_range(sk, kBlockN, split, split_ws.splits);
     keys = {max(keys.begin, share.begin), min(keys.end, share.end)};
@@ -124,12 +139,31 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const int tile_end = keys.empty() ? tile_begin : int((keys.end + kBlockN - 1) / kBlockN);
 
   // Row r of this thread is warp_row0 + (r / 2) * 16 + group + (r % 2) * 8; its diagonal key is
-  // row + sk - sq (causal and window limits and the ALiBi distance are relative to it).
+  // token + sk - tokens (causal and window limits and the ALiBi distance are relative to it). Packed
+  // rows keep each one's diagonal and ALiBi slope (that of its query head) in registers.
   const int diag0 = warp_row0 + group + sk - sq;
+  int row_diag[kPackGqa ? kRows : 1];
+  float row_slope[kPackGqa && Config::kGeneralScore ? kRows : 1];
+  if constexpr (kPackGqa) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      int g;
+      const int token = pack.group.divmod(warp_row0 + (r / 2) * 16 + group + (r % 2) * 8, &g);
+      row_diag[r] = token + sk - tokens;
+      if constexpr (Config::kGeneralScore) row_slope[r] = p.alibi_slope(b, head0 + g);
+    }
+  }
+  const auto diag_of = [&](int r) {
+    if constexpr (kPackGqa) return row_diag[r];
+    else return diag0 + (r / 2) * 16 + (r % 2) * 8;
+  };
   // Keys [unmasked_lo, unmasked_hi) are visible to every row of this warp, so a tile inside needs
   // no per-element mask: tile_fully_visible for this warp's rows, derived once in place of 64-bit
-  // corner tests per tile.
-  const int warp_diag_first = warp_row0 + sk - sq, warp_diag_last = warp_diag_first + 16 * kMTiles - 1;
+  // corner tests per tile. (Packed: the tokens of the warp's first and last rows, a row's token
+  // growing with the row; rows past the last only widen the masked range.)
+  const int warp_diag_first = token_of(warp_row0) + sk - tokens;
+  const int warp_diag_last =
+      kPackGqa ? token_of(warp_row0 + 16 * kMTiles - 1) + sk - tokens : warp_diag_first + 16 * kMTiles - 1;
   const int unmasked_lo =
       p.mask.window_left >= 0 ? int(max(int64_t(0), int64_t(warp_diag_last) - p.mask.window_left)) : 0;
   const int unmasked_hi =
@@ -152,7 +186,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   constexpr float kRescaleSlack = Config::kRescaleSlack;
   constexpr float kLn2 = 0.6931471805599453f;
   const ScoreParams score = p.score;
-  const float slope = p.alibi_slope(b, h);
+  const float slope = kPackGqa ? 0.f : p.alibi_slope(b, h);
   const float log2e = 1.4426950408889634f;
   const bool softcap = score.softcap > 0.f;
   // s holds logits (general path) or raw scores (plain path, scale > 0): the exponent of P is
@@ -199,7 +233,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   };
 
   if (tile_begin < tile_end) {
-    load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
+    if constexpr (kPackGqa)
+      load_packed_query_tile_async<Config, kBlockM>(p.q, b, head0, row0, rows_here, int(p.head_dim), pack.group, smem_q);
+    else
+      load_tile_async<Config, kBlockM>(p.q, b, h, row0, rows_here, int(p.head_dim), smem_q);
     if (stage_pages) {
       stage_tile_pages(tile_begin);
       __syncthreads();
@@ -302,15 +339,20 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[m][t][e] *= score.scale;
       }
-      if (slope != 0.f) {
+      if (kPackGqa ? p.alibi_slopes != nullptr : slope != 0.f) {
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
           for (int t = 0; t < kNTilesS; ++t)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              const int dist = diag0 + m * 16 + (e / 2) * 8 - (key0 + t * 8 + quad * 2 + (e % 2));
-              s[m][t][e] -= slope * float(abs(dist));
+              if constexpr (kPackGqa) {
+                const int dist = row_diag[2 * m + e / 2] - (key0 + t * 8 + quad * 2 + (e % 2));
+                s[m][t][e] -= row_slope[2 * m + e / 2] * float(abs(dist));
+              } else {
+                const int dist = diag0 + m * 16 + (e / 2) * 8 - (key0 + t * 8 + quad * 2 + (e % 2));
+                s[m][t][e] -= slope * float(abs(dist));
+              }
             }
       }
     }
@@ -318,7 +360,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     if (key0 < unmasked_lo || key0 + kBlockN > unmasked_hi) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const int diag = diag0 + (r / 2) * 16 + (r % 2) * 8;
+        const int diag = diag_of(r);
         const int key_lo = p.mask.window_left >= 0 ? max(0, diag - p.mask.window_left) : 0;
         const int key_hi = p.mask.window_right >= 0 ? min(sk, diag + p.mask.window_right + 1) : sk;
 #pragma unroll
@@ -433,6 +475,17 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // of consecutive columns instead of 4-byte pieces of eight rows.
   Element* out = static_cast<Element*>(p.out.data);
   Element* const o_stage = smem_q + warp * 16 * kMTiles * kRowStride;
+  // (token, query head) of a row: itself and h, or packed the token and head of row t * G + g.
+  const auto token_and_head = [&](int row, int* token, int64_t* head) {
+    if constexpr (kPackGqa) {
+      int g;
+      *token = pack.group.divmod(row, &g);
+      *head = head0 + g;
+    } else {
+      *token = row;
+      *head = h;
+    }
+  };
   const bool to_partials = split_ws.splits > 1;
   const int64_t packed_base = packed_row_base(p, b);
 #pragma unroll
@@ -446,37 +499,46 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     const float lse = empty ? -INFINITY : (row_max[r] + log2f(sum)) * kLn2;
     const int row_local = m * 16 + group + (r % 2) * 8;  // within this warp's rows
     const int row = warp_row0 + row_local;
+    int token;
+    int64_t head;
+    token_and_head(row, &token, &head);
     if (to_partials) {
       if (row >= sq) continue;
-      float* part = split_ws.out_partial + split_ws.out_offset(p, split, packed_base + row, h);
+      float* part = split_ws.out_partial + split_ws.out_offset(p, split, packed_base + token, head);
 #pragma unroll
       for (int t = 0; t < kNTilesO; ++t) {
         const int col = t * 8 + quad * 2;
         if (col < p.head_dim_v) *reinterpret_cast<float2*>(part + col) = make_float2(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
       }
-      if (quad == 0) split_ws.lse_partial[split_ws.lse_offset(p, split, packed_base + row, h)] = lse;
+      if (quad == 0) split_ws.lse_partial[split_ws.lse_offset(p, split, packed_base + token, head)] = lse;
       continue;
     }
 #pragma unroll
     for (int t = 0; t < kNTilesO; ++t)
       *reinterpret_cast<uint32_t*>(o_stage + row_local * kRowStride + t * 8 + quad * 2) =
           sm80::pack2<Element>(o[m][t][e0] * inv, o[m][t][e0 + 1] * inv);
-    if (row < sq && quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, row, h)] = lse;
+    if (row < sq && quad == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, token, head)] = lse;
   }
   if (!to_partials) {
     __syncwarp();
     // Rows of out are equally spaced (dense or varlen) and 16-byte aligned, head_dim_v a multiple
     // of 8 (the validation's rules), so every chunk is whole.
-    Element* const out_rows = out + p.out.offset(b, 0, h);
+    Element* const out_rows = out + p.out.offset(b, 0, head0);
     constexpr int kChunks = Config::kHeadDim / 8, kWarpChunks = 16 * kMTiles * kChunks;
     static_assert(kWarpChunks % 32 == 0, "whole chunk rounds per warp");
 #pragma unroll
     for (int i = 0; i < kWarpChunks / 32; ++i) {
       const int chunk = i * 32 + lane, row_local = chunk / kChunks, col = chunk % kChunks * 8;
       const int row = warp_row0 + row_local;
-      if (row < sq && col < p.head_dim_v)
-        *reinterpret_cast<uint4*>(out_rows + row * p.out.row_stride + col) =
-            *reinterpret_cast<const uint4*>(o_stage + row_local * kRowStride + col);
+      if (row < sq && col < p.head_dim_v) {
+        Element* dst = out_rows + row * p.out.row_stride + col;
+        if constexpr (kPackGqa) {
+          int g;
+          const int token = pack.group.divmod(row, &g);
+          dst = out_rows + token * p.out.row_stride + g * p.out.head_stride + col;
+        }
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(o_stage + row_local * kRowStride + col);
+      }
     }
   }
 }

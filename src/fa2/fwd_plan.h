@@ -68,6 +68,20 @@ inline constexpr FwdKernelShape kFwdKernels[] = {
     {256, 64, 32, 4, true, true, false},
 };
 
+// The kernels built with query heads packed into rows (FwdPlan::pack_gqa_queries): the decode
+// tiles and d256's base tiles (sm80 and sm86 have no room for its decode ones) for plain scores,
+// the base tiles of d64, d128 and d256 for softcap / ALiBi; other head dims run padded to these.
+// fwd_launch_packed.cu instantiates exactly these, FwdConfig's kPackGqa set.
+inline constexpr FwdKernelShape kFwdPackedQueryKernels[] = {
+    {64, 64, 64, 4, false, false, false},
+    {128, 64, 64, 4, false, false, false},
+    {256, 64, 64, 4, false, false, false},
+    {256, 64, 32, 4, false, false, false},
+    {64, 128, 64, 4, false, true, false},
+    {128, 128, 32, 4, false, true, false},
+    {256, 64, 32, 4, false, true, false},
+};
+
 // The kernel of one call, and whether a paged call stages each tile's pages in shared memory.
 struct FwdPlan {
   int head_dim = 0;
@@ -82,6 +96,10 @@ struct FwdPlan {
   // Split-KV partials merged by the split-weights combine kernel (fa2/combine_plan.h; forced
   // plans only until it has run on a GPU), else by combine_plan's.
   bool combine_split_weights = false;
+  // The G = heads_q / heads_k query heads of a KV head packed into the rows of its tiles for any
+  // seqlen_q (common/pack_gqa.h, can_pack_gqa_queries), on the kernels of kFwdPackedQueryKernels;
+  // forced plans only until it has run on a GPU (fwd_plan_packing_queries: the rule it would take).
+  bool pack_gqa_queries = false;
   friend bool operator==(const FwdPlan&, const FwdPlan&) = default;
 };
 
@@ -172,9 +190,16 @@ inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& call, const
   if (plan.head_dim < fwd_call_head_dim(call))
     return refuse("has head dim " + std::to_string(plan.head_dim) + ", the call needs " +
                   std::to_string(fwd_call_head_dim(call)));
-  if (std::none_of(std::begin(kFwdKernels), std::end(kFwdKernels), [&](const FwdKernelShape& k) { return same_kernel(k, plan); }))
+  const auto named = [&](const FwdKernelShape& k) { return same_kernel(k, plan); };
+  if (plan.pack_gqa_queries && !can_pack_gqa_queries(call))
+    return refuse("packs query heads into rows of a call that cannot pack them (varlen, paged or indexed queries, "
+                  "dropout, or 2^30 rows per KV head; common/pack_gqa.h)");
+  if (plan.pack_gqa_queries
+          ? std::none_of(std::begin(kFwdPackedQueryKernels), std::end(kFwdPackedQueryKernels), named)
+          : std::none_of(std::begin(kFwdKernels), std::end(kFwdKernels), named))
     return refuse("names no built kernel (d" + std::to_string(plan.head_dim) + ", " + std::to_string(plan.block_m) + " x " +
-                  std::to_string(plan.block_n) + ", " + std::to_string(plan.warps) + " warps; fa2/fwd_plan.h lists them)");
+                  std::to_string(plan.block_n) + ", " + std::to_string(plan.warps) + " warps" +
+                  (plan.pack_gqa_queries ? ", query heads packed into rows" : "") + "; fa2/fwd_plan.h lists them)");
   if (fwd_smem_bytes(plan) > limits.smem_optin)
     return Status::error(ErrorCode::Unsupported, "q",
                          "fa2 fwd: head dim " + std::to_string(call.head_dim) + " needs " + std::to_string(fwd_smem_bytes(plan)) +
@@ -183,6 +208,40 @@ inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& call, const
   if (plan.stage_pages && fwd_smem_bytes(plan) + fwd_pages_smem_bytes(plan) > limits.smem_optin)
     return refuse("stages pages where the GPU lacks the shared memory for them");
   return {};
+}
+
+// The tiles of a call whose query heads are packed into rows (can_pack_gqa_queries): plain scores
+// on the decode tiles (d256's where its 165 KB fit, else its base tiles), softcap / ALiBi on the
+// base tiles; the call's head dim padded to 64, 128 or 256.
+inline FwdPlan fwd_packed_queries_tiles(const AttnProblem& call, const DeviceLimits& limits) {
+  const int64_t dim = fwd_call_head_dim(call);
+  FwdPlan plan;
+  plan.general_score = !call.plain_forward_scores();
+  plan.head_dim = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+  plan.warps = 4;
+  plan.block_m = plan.general_score && plan.head_dim < 256 ? 128 : 64;
+  plan.block_n = plan.general_score && plan.head_dim == 64 ? 64 : 32;
+  if (!plan.general_score) {
+    plan.block_n = 64;
+    if (plan.head_dim == 256 && fwd_smem_bytes(plan) > limits.smem_optin) plan.block_n = 32;
+  }
+  plan.pack_gqa_queries = true;
+  plan.stage_pages = call.k.block_table != nullptr && fwd_smem_bytes(plan) + fwd_pages_smem_bytes(plan) <= limits.smem_optin;
+  return plan;
+}
+
+// Where packing query heads pays: GQA (G > 1) with a few query tokens (one query already packs,
+// pack_gqa_rows) whose G x seqlen_q rows fill at most one 64-row decode tile, so each KV tile is
+// read once per KV head instead of once per query head.
+inline bool pack_gqa_queries_pays(const AttnProblem& call) {
+  return can_pack_gqa_queries(call) && call.heads_q > call.heads_k && call.lens.seqlen_q > 1 &&
+         packed_query_rows(call) <= 64;
+}
+
+// fwd_plan with query heads packed where that pays: the rule fwd_plan takes once the packed
+// kernels have run on a GPU (until then only tests and benchmarks pass it, as a forced plan).
+inline FwdPlan fwd_plan_packing_queries(const AttnProblem& call, const DeviceLimits& limits) {
+  return pack_gqa_queries_pays(call) ? fwd_packed_queries_tiles(call, limits) : fwd_plan(call, limits);
 }
 
 struct SplitInputs {

@@ -6,6 +6,7 @@
 
 #include "arch/sm80/cp_async.cuh"
 #include "arch/sm80/ldmatrix.cuh"
+#include "common/fast_divmod.h"
 #include "common/rows.h"
 
 namespace flashattn::fa2 {
@@ -57,6 +58,34 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
     }
   } else {
     load_paged_tile_async<Config, kRows>(view, b, head, row0, rows_valid, dim, smem);
+  }
+}
+
+// The Q tile of a kernel that packs query heads into rows (common/pack_gqa.h): rows [row0, row0 +
+// kRows), row r being token r / G of query head head0 + r % G of sequence b, from a strided view
+// (can_pack_gqa_queries: no varlen, paged or indexed queries). Rows from rows_valid on and columns
+// past `dim` are zero-filled. Once per CTA, so each row's division stays in the loop.
+template <typename Config, int kRows>
+__device__ __forceinline__ void load_packed_query_tile_async(const RowsView& view, int64_t b, int64_t head0, int row0,
+                                                             int rows_valid, int dim, const FastDivmod& group,
+                                                             typename Config::Element* smem) {
+  using Element = typename Config::Element;
+  using Threads = TileThreads<Config, kRows>;
+  constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
+  const Element* base = static_cast<const Element*>(view.data);
+  const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
+  if (!Threads::kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
+  const Element* rows = base + view.offset(b, 0, head0) + col;
+  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+#pragma unroll 1  // a rolled loop keeps addresses out of the registers the MMAs need
+  for (int i = 0; i < kSteps; ++i) {
+    const int r = first_row + i * kRowStep;
+    if (!Threads::kExact && r >= kRows) break;
+    int g;
+    const int token = group.divmod(row0 + r, &g);
+    const bool valid = col < dim && r < rows_valid;
+    sm80::cp_async_16(dst + i * kDstStep, valid ? rows + token * view.row_stride + g * view.head_stride : base, valid);
   }
 }
 

@@ -81,6 +81,19 @@ KvRun::KvRun(const KvCase& c) : c_(c) {
     slopes = HostTensor(DType::F32, {c.batch, c.heads_q});
     slopes.fill_uniform(rng, 0.05f, 0.5f);
   }
+  // Slots past each sequence's keys (cache_seqlens + appended) poisoned with NaN: a kernel that
+  // reads one turns its row NaN.
+  if (c.nan_past_cache && !c.full_cache)
+    for (int b = 0; b < c.batch; ++b)
+      for (int pos = lens[size_t(b)] + c.seqlen_new; pos < c.capacity; ++pos) {
+        const int32_t page = paged ? block_table.as<int32_t>()[b * pages_per_seq + pos / c.page_size] : 0;
+        if (page < 0) continue;  // an unused page: no slot
+        // The cache row of (b, pos), in units of heads_k rows.
+        const int64_t slot = paged ? int64_t(page) * c.page_size + pos % c.page_size
+                                   : int64_t(c.batch_idx ? batch_index.as<int32_t>()[b] : b) * c.capacity + pos;
+        for (int64_t e = 0; e < int64_t(c.heads_k) * c.head_dim; ++e) k_cache.set(slot * c.heads_k * c.head_dim + e, std::nanf(""));
+        for (int64_t e = 0; e < int64_t(c.heads_k) * c.dv(); ++e) v_cache.set(slot * c.heads_k * c.dv() + e, std::nanf(""));
+      }
   // fp8: a distinct factor per (batch entry, kv head), drawn from their own stream.
   if (c.dtype == DType::F8E4M3) {
     std::mt19937_64 descale_rng(c.seed ^ 0xfb8ull);
@@ -124,6 +137,20 @@ KvCacheParams KvRun::params(const HostTensor& kc, const HostTensor& vc, TensorVi
 std::vector<int64_t> KvRun::out_shape() const { return {c_.batch, c_.seqlen_q, c_.heads_q, c_.dv()}; }
 std::vector<int64_t> KvRun::lse_shape() const { return {c_.batch, c_.heads_q, c_.seqlen_q}; }
 
+namespace {
+
+// max_abs_diff where NaN matches NaN: caches poisoned past their keys (KvCase::nan_past_cache).
+double cache_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    worst = std::max(worst, max_abs_diff({a[i]}, {b[i]}));
+  }
+  return worst;
+}
+
+}  // namespace
+
 void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner) {
   SCOPED_TRACE(c.name());
   const KvRun run(c);
@@ -159,6 +186,12 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
   }
 
   const std::vector<float> r = out64.to_float();
+  if (c.nan_past_cache) {  // the poison is there, and out of every reader's sight
+    const auto is_nan = [](float x) { return std::isnan(x); };
+    const std::vector<float> poisoned = k_cache.to_float();
+    EXPECT_TRUE(std::any_of(poisoned.begin(), poisoned.end(), is_nan)) << "no slot poisoned";
+    EXPECT_TRUE(std::none_of(r.begin(), r.end(), is_nan)) << "the reference read a poisoned slot";
+  }
   const double err = max_abs_diff(out.to_float(), r), err_lp = max_abs_diff(out_lp.to_float(), r);
   EXPECT_LE(err, 2 * err_lp + rounding_floor(out_dtype, max_abs(r))) << "out: " << err << " vs " << err_lp;
   // fp8 on the CPU backend is the fp8 kernels' oracle: P unrounded, so within the output's rounding
@@ -171,10 +204,11 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
   // The appended (and rotated) keys land in the same slots as the reference's, within one
   // rounding of the stored dtype; every other slot is untouched.
   const std::vector<float> kf = k_fast.to_float(), kr = k64.to_float(), k0 = k_cache.to_float();
-  EXPECT_LE(max_abs_diff(kf, kr), rounding_floor(c.dtype, max_abs(kr)));
-  EXPECT_EQ(max_abs_diff(v_fast.to_float(), v64.to_float()), 0.0);
+  const auto diff = c.nan_past_cache ? cache_diff : max_abs_diff;
+  EXPECT_LE(diff(kf, kr), rounding_floor(c.dtype, max_abs(kr)));
+  EXPECT_EQ(diff(v_fast.to_float(), v64.to_float()), 0.0);
   if (c.seqlen_new == 0) {
-    EXPECT_EQ(max_abs_diff(kf, k0), 0.0) << "no k_new, yet the cache changed";
+    EXPECT_EQ(diff(kf, k0), 0.0) << "no k_new, yet the cache changed";
   }
 }
 
@@ -212,6 +246,60 @@ std::vector<KvCase> kv_cases() {
   // with split-KV and dense decode with automatic splits.
   add([](KvCase& c) { c.head_dim = 256; c.page_size = 16; c.seqlen_new = 4; c.seqlen_q = 4; c.causal = true; c.num_splits = 3; });
   add([](KvCase& c) { c.head_dim = 256; c.heads_q = 8; c.heads_k = 1; c.seqlen_new = 1; });
+  return cases;
+}
+
+// Speculative decoding: seqlen_q 2..16 new tokens (appended to the cache, or not) x GQA 1/4/8/16,
+// causal (bottom-right: token i sees keys up to cache + i), a left window, ALiBi, softcap, a
+// non-causal window, split-KV 1/2/5/automatic, dense / paged (pages of 16 and 7) caches whose
+// slots past each sequence's keys are NaN; head dims 64, 128, 256 and a padded 96; then a few
+// shapes of their own (more rows than a tile, a batch index, unused pages).
+std::vector<KvCase> speculative_kv_cases() {
+  std::vector<KvCase> cases;
+  int i = 0;
+  for (int sq : {2, 3, 4, 5, 7, 8, 12, 16})
+    for (int group : {1, 4, 8, 16}) {
+      KvCase c;
+      c.batch = 3;
+      c.seqlen_q = sq;
+      c.seqlen_new = i % 3 == 2 ? 0 : sq;
+      c.heads_k = 2;
+      c.heads_q = 2 * group;
+      c.capacity = 200 + 31 * (i % 5);
+      c.head_dim = i % 4 == 0 ? 64 : i % 4 == 1 ? 128 : i % 4 == 2 ? 256 : 96;
+      c.causal = i % 5 != 4;
+      if (i % 5 == 1) c.window_left = 40;
+      if (i % 5 == 2) c.alibi = 1 + i % 2;
+      if (i % 5 == 3) c.softcap = 15.f;
+      if (i % 5 == 4) {
+        c.window_left = 30;
+        c.window_right = 3;
+      }
+      const int split_choice = (i + i / 4) % 4;  // not in step with the head dim
+      c.num_splits = split_choice == 0 ? 1 : split_choice == 1 ? 2 : split_choice == 2 ? 5 : 0;  // 0: automatic
+      c.page_size = (i / 2) % 3 == 0 ? 0 : (i / 2) % 3 == 1 ? 16 : 7;
+      c.nan_past_cache = true;
+      c.dtype = i % 2 == 0 ? DType::BF16 : DType::F16;
+      cases.push_back(c);
+      ++i;
+    }
+  auto add = [&](auto f) {
+    KvCase c;
+    c.seqlen_q = c.seqlen_new = 16;
+    c.heads_q = 32;
+    c.heads_k = 2;  // 256 rows per KV head: several row blocks
+    c.causal = true;
+    c.nan_past_cache = true;
+    f(c);
+    cases.push_back(c);
+  };
+  add([](KvCase&) {});
+  add([](KvCase& c) { c.head_dim = 128; c.softcap = 10.f; c.num_splits = 3; });
+  add([](KvCase& c) { c.head_dim = 128; c.seqlen_q = c.seqlen_new = 6; c.heads_q = 14; c.batch_idx = true; });  // G = 7
+  add([](KvCase& c) { c.seqlen_q = c.seqlen_new = 4; c.heads_q = 24; c.page_size = 16; c.unused_pages = true; c.alibi = 2; });
+  add([](KvCase& c) { c.seqlen_q = 3; c.seqlen_new = 3; c.heads_q = 8; c.rotary_dim = 64; c.num_splits = 0; });
+  add([](KvCase& c) { c.seqlen_q = 5; c.seqlen_new = 0; c.heads_q = 16; c.full_cache = true; c.capacity = 100; c.nan_past_cache = false; });
+  for (size_t j = 0; j < cases.size(); ++j) cases[j].seed = 2000 + j;
   return cases;
 }
 

@@ -28,6 +28,7 @@ struct KvCase {
   bool batch_idx = false;
   bool full_cache = false;    // no cache_seqlens: every slot is a key
   bool unused_pages = false;  // block-table entries past the pages in use are -1 (never read)
+  bool nan_past_cache = false;  // cache slots past each sequence's keys hold NaN (never read)
   int num_splits = 0;
   float softcap = 0.f;
   int alibi = 0;  // 0 off, 1 slopes (heads_q), 2 slopes (batch, heads_q)
@@ -43,7 +44,7 @@ struct KvCase {
       << head_dim << (head_dim_v > 0 ? "_dv" + std::to_string(head_dim_v) : "") << "_new" << seqlen_new << "_page"
       << page_size << "_rot" << rotary_dim << (interleaved ? "i" : "") << (causal ? "_causal" : "")
       << (window_left >= 0 || window_right >= 0 ? "_win" : "") << (batch_idx ? "_bidx" : "")
-      << (full_cache ? "_full" : "") << (unused_pages ? "_unused" : "") << "_splits" << num_splits
+      << (full_cache ? "_full" : "") << (unused_pages ? "_unused" : "") << (nan_past_cache ? "_nanpast" : "") << "_splits" << num_splits
       << (softcap > 0 ? "_softcap" : "") << (alibi ? "_alibi" + std::to_string(alibi) : "")
       << (softmax_scale ? "_scale" : "") << "_" << dtype_name(dtype);
     return s.str();
@@ -79,5 +80,8 @@ void check_kvcache_case(const KvCase& c, Backend backend, const KvRunner& runner
 
 // The sweep every backend runs.
 std::vector<KvCase> kv_cases();
+// Speculative decoding's shapes: a few new tokens x GQA ratios x masks, score modifiers, splits,
+// dense and paged caches poisoned past their keys (the packed-query FA2 plans' cases).
+std::vector<KvCase> speculative_kv_cases();
 
 }  // namespace flashattn::test

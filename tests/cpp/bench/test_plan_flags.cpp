@@ -76,5 +76,15 @@ TEST(BenchPlanFlags, ChangeOnlyTheirFields) {
   EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa3Fwd, "tma_store=0,consumers=3"), fwd3), want);
 }
 
+TEST(BenchPlanFlags, PackGqaQueriesSetsItsField) {
+  const fa2::FwdPlan chosen{128, 64, 64, 4}, base{128, 128, 32, 4};
+  fa2::FwdPlan packed = chosen;
+  packed.pack_gqa_queries = true;
+  EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "pack_gqa_queries=1"), chosen, base), packed);
+  EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "pack_gqa_queries=0"), chosen, base), chosen);
+  EXPECT_NE(refusal(PlanFamily::Fa2Fwd, "pack_gqa_queries=2").find("0 or 1"), std::string::npos);
+  EXPECT_NE(refusal(PlanFamily::Fa2Bwd, "pack_gqa_queries=1").find("KEY=VALUE"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace flashattn::bench

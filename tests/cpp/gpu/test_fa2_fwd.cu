@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "attention_case.h"
+#include "common/pack_gqa.h"
 #include "device_mirror.h"
 #include "forced_plans.h"
 #include "forward_race.h"
@@ -49,6 +50,27 @@ TEST_P(Fa2Forward, BaseTilesMatchReference) {
   AttentionRun run(c);
   const gpu_test::Fa2FwdChoice choose = base_tiles_where_not_default();
   if (!choose(run.problem(), gpu_test::fa2_limits())) GTEST_SKIP() << "the plan on this GPU takes the base tiles already";
+  const FwdResult f = run.check_fwd(Backend::Fa2, gpu_test::on_device(gpu_test::fa2_fwd_with(choose)));
+  expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
+  expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
+}
+
+// The query heads of each KV head packed into rows for any seqlen_q (FwdPlan::pack_gqa_queries,
+// fa2::fwd_packed_queries_tiles; forced only until it has run here), wherever the call can pack
+// (not varlen queries, not dropout): GQA and MHA (G = 1), masks, softcap, ALiBi, splits.
+gpu_test::Fa2FwdChoice packed_query_heads() {
+  return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) -> std::optional<fa2::FwdPlan> {
+    if (!can_pack_gqa_queries(call)) return std::nullopt;
+    return fa2::fwd_packed_queries_tiles(call, limits);
+  });
+}
+
+TEST_P(Fa2Forward, PackedQueryHeadsMatchReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttentionCase& c = GetParam();
+  AttentionRun run(c);
+  const gpu_test::Fa2FwdChoice choose = packed_query_heads();
+  if (!choose(run.problem(), gpu_test::fa2_limits())) GTEST_SKIP() << "the call cannot pack query heads (varlen or dropout)";
   const FwdResult f = run.check_fwd(Backend::Fa2, gpu_test::on_device(gpu_test::fa2_fwd_with(choose)));
   expect_within(f.out, 2.0, rounding_floor(c.dtype, f.out.reference_max), "out");
   expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
@@ -115,6 +137,34 @@ std::vector<AttentionCase> decode_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decode, Fa2Forward, ::testing::ValuesIn(decode_cases()), ParamTestName());
+
+// Speculative decoding through fwd: a few query tokens (2..16) of GQA 1/4/8/16 against a longer key
+// sequence, causal (bottom-right), windows, softcap, ALiBi per head, split-KV; and more rows than
+// one tile holds. PackedQueryHeadsMatchReference is the test these are for.
+std::vector<AttentionCase> speculative_cases() {
+  std::vector<AttentionCase> cases;
+  int i = 0;
+  for (int sq : {2, 3, 4, 6, 9, 16})
+    for (int group : {1, 4, 8, 16}) {
+      AttentionCase c{.batch = 2, .seqlen_q = sq, .seqlen_k = 200 + 37 * i, .heads_q = 2 * group, .heads_k = 2,
+                      .head_dim = i % 3 == 0 ? 64 : i % 3 == 1 ? 128 : 256, .causal = i % 5 != 4,
+                      .num_splits = i % 4 == 3 ? 0 : 1 + i % 4 * 2};  // 1, 3, 5, automatic
+      if (i % 5 == 1) c.window_left = 30;
+      if (i % 5 == 2) c.alibi = 1 + i % 2;
+      if (i % 5 == 3) c.softcap = 20.f;
+      if (i % 5 == 4) {  // a window on both sides, not causal
+        c.window_left = 40;
+        c.window_right = 2;
+      }
+      c.dtype = i % 2 == 0 ? DType::BF16 : DType::F16;
+      cases.push_back(c);
+      ++i;
+    }
+  for (size_t j = 0; j < cases.size(); ++j) cases[j].seed = 901 + j;
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Speculative, Fa2Forward, ::testing::ValuesIn(speculative_cases()), ParamTestName());
 
 // A race shows as results that move between runs of the same inputs.
 TEST(Fa2ForwardRace, HundredRunsAreBitwiseEqual) {

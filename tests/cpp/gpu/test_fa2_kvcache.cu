@@ -65,6 +65,29 @@ TEST_P(Fa2KvCacheSplitWeights, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheSplitWeights, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
 
+// The query heads of each KV head packed into the rows of its tiles for any seqlen_q
+// (FwdPlan::pack_gqa_queries, fa2::fwd_packed_queries_tiles; forced only until it has run here):
+// the KV-cache sweep, and speculative decoding's shapes (speculative_kv_cases, kvcache_case.h).
+gpu_test::Fa2FwdChoice packed_query_heads() {
+  return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
+    return std::optional(fa2::fwd_packed_queries_tiles(call, limits));
+  });
+}
+
+class Fa2KvCachePackedQueries : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(Fa2KvCachePackedQueries, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::on_device(gpu_test::fa2_kvcache_with(packed_query_heads())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCachePackedQueries, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
+
+INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCachePackedQueries, ::testing::ValuesIn(speculative_kv_cases()), ParamTestName());
+
+// The speculative shapes on the default plans too (their NaN past the cache included).
+INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCache, ::testing::ValuesIn(speculative_kv_cases()), ParamTestName());
+
 // Left-padded caches and varlen queries, each sequence checked alone (kv_alone_case.cpp).
 std::vector<KvAloneCase> gpu_kv_alone_cases() {
   std::vector<KvAloneCase> cases;

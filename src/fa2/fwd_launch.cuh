@@ -1,0 +1,116 @@
+// The FA2 forward's launch of one kernel plan (fwd_plan.h): split-KV, the launch and the combine
+// when split. Shared by fwd_launch.cu (kFwdKernels) and fwd_launch_packed.cu (the kernels that
+// pack query heads into rows, kFwdPackedQueryKernels), one translation unit per kernel list.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "common/cuda_status.h"
+#include "common/pack_gqa.h"
+#include "common/split_kv.h"
+#include "fa2/device_limits.h"
+#include "fa2/fa2_backend.h"
+#include "fa2/fwd_kernel.cuh"
+#include "fa2/fwd_plan.h"
+
+namespace flashattn::fa2 {
+
+// Launches a plan of kFwdPackedQueryKernels (fwd_launch_packed.cu) on the call as the API made it
+// (query heads not packed by pack_gqa_rows).
+Status launch_packed_query_plan(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& limits, cudaStream_t stream);
+
+namespace fwd_launch {
+
+
+template <typename Config>
+Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& limits, cudaStream_t stream) {
+  auto kernel = fwd_kernel<Config>;
+  // The kernel's shared-memory limit is the same for every call on a device (room for staged pages
+  // wherever they fit, fwd_plan.h), so calls from several threads never race on it.
+  const bool pages_fit = Config::kSmemBytes + Config::kPagesSmemBytes <= limits.smem_optin;
+  const int smem_bytes = Config::kSmemBytes + (plan.stage_pages ? Config::kPagesSmemBytes : 0);
+  FLASHATTN_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
+                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Config::kSmemBytes + (pages_fit ? Config::kPagesSmemBytes : 0)));
+  // Packed query heads: G x seqlen_q rows per KV head, one CTA row per KV head.
+  const QueryRowPack pack = Config::kPackGqa ? query_row_pack(p) : QueryRowPack{};
+  const int64_t rows = Config::kPackGqa ? int64_t(pack.rows) : p.lens.seqlen_q;
+  const int64_t heads = Config::kPackGqa ? p.heads_k : p.heads_q;
+  const int64_t row_blocks = (rows + Config::kBlockM - 1) / Config::kBlockM;
+  if (p.heads_q > 65535 || p.batch > 65535)
+    return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: more than 65535 heads or sequences per call");
+  if (row_blocks == 0 || p.batch == 0) return {};
+  int splits = p.num_splits;
+  if (splits == 0) {
+    int resident = 1;
+    FLASHATTN_CUDA_CHECK("fa2 fwd: reading the occupancy",
+                         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, Config::kThreads,
+                                                                       smem_bytes));
+    splits = choose_fwd_splits({row_blocks * heads * p.batch, p.lens.seqlen_k, Config::kBlockN,
+                                limits.multiprocessors, resident});
+  }
+  if (row_blocks * splits > 0x7fffffff)
+    return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: too many row blocks for one launch");
+  const dim3 grid(unsigned(row_blocks * splits), unsigned(heads), unsigned(p.batch));
+
+  SplitWorkspace ws;
+  StreamBuffer buffer(stream);
+  if (splits > 1) {
+    ws.splits = splits;
+    ws.total_rows = p.lens.total_q;
+    const size_t out_elems = size_t(splits) * ws.total_rows * p.heads_q * p.head_dim_v;
+    const size_t lse_elems = size_t(splits) * ws.total_rows * p.heads_q;
+    if (Status st = buffer.allocate((out_elems + lse_elems) * sizeof(float), "fa2: allocating workspace"); !st.ok()) return st;
+    ws.out_partial = buffer.as<float>();
+    ws.lse_partial = ws.out_partial + out_elems;
+  }
+  kernel<<<grid, Config::kThreads, smem_bytes, stream>>>(p, ws, plan.stage_pages, pack);
+  FLASHATTN_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
+  if (splits > 1) {
+    const CombineProblem partials = split_combine_problem(p, ws);
+    if (!plan.combine_split_weights) return combine(partials, stream);
+    const CombinePlan merge{CombineKernel::SplitWeights, combine_reads_float4(partials) ? 4 : 1};
+    return combine(partials, stream, &merge);
+  }
+  return {};
+}
+
+// The instantiation of kernels[I] (a list of fwd_plan.h), whose shared-memory rule must be the
+// plan's; kPacked: the list packs query heads into rows.
+template <typename Element, const auto& kernels, size_t I, bool kPacked>
+using KernelConfig = FwdConfig<Element, kernels[I].head_dim, kernels[I].block_m, kernels[I].block_n, kernels[I].warps,
+                               kernels[I].dropout, kernels[I].general_score, kernels[I].q_in_registers, kPacked>;
+
+template <typename Element, const auto& kernels, size_t I, bool kPacked>
+constexpr bool smem_rule_holds() {
+  using Config = KernelConfig<Element, kernels, I, kPacked>;
+  const FwdPlan plan{Config::kHeadDim, Config::kBlockM, Config::kBlockN, Config::kWarps};
+  return Config::kSmemBytes == fwd_smem_bytes(plan) && Config::kPagesSmemBytes == fwd_pages_smem_bytes(plan);
+}
+
+// Launches the kernel the plan names (check_fwd_plan found it in `kernels`).
+template <typename Element, const auto& kernels, bool kPacked, size_t... I>
+Status launch_plan(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& limits, cudaStream_t stream,
+                   std::index_sequence<I...>) {
+  static_assert((smem_rule_holds<Element, kernels, I, kPacked>() && ...), "fwd_smem_bytes (fwd_plan.h) must be FwdConfig's");
+  Status st = Status::error(ErrorCode::Internal, "plan", "fa2 fwd: no kernel for the plan");
+  (void)((same_kernel(kernels[I], plan) &&
+          ((st = launch<KernelConfig<Element, kernels, I, kPacked>>(p, plan, limits, stream)), true)) ||
+         ...);
+  return st;
+}
+
+// launch_plan over a whole kernel list, by the call's element type.
+template <const auto& kernels, bool kPacked>
+Status launch_from(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& limits, cudaStream_t stream) {
+  constexpr auto all = std::make_index_sequence<std::size(kernels)>();
+  return p.dtype == DType::F16 ? launch_plan<__half, kernels, kPacked>(p, plan, limits, stream, all)
+                               : launch_plan<__nv_bfloat16, kernels, kPacked>(p, plan, limits, stream, all);
+}
+
+}  // namespace fwd_launch
+}  // namespace flashattn::fa2
