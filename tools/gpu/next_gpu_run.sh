@@ -11,14 +11,14 @@
 #   sanitize/              synccheck/racecheck/memcheck on small cases of the new kernels
 #   bench/                 ours (defaults, each FA3 backward variant, fp8, the combine) beside FA3:
 #                          bench/table.md, bench/fp8.md, bench/decode.md
-# Steps, in this order: NEXT_STEPS="anchor build gated variants sanitize bench decode fa3 defaults"
+# Steps, in this order: NEXT_STEPS="anchor build gated packed variants sanitize bench decode fa3 defaults"
 # (default: all); NEXT_DEADLINE (s) skips the steps that would start after it; TESTS_TIMEOUT per group.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/next_gpu_run.sh LOGDIR}"
 mkdir -p "$logdir"
 logdir="$(cd "$logdir" && pwd)"
-steps=" ${NEXT_STEPS:-anchor build gated variants sanitize bench decode fa3 defaults} "
+steps=" ${NEXT_STEPS:-anchor build gated packed variants sanitize bench decode fa3 defaults} "
 export FA_GPU_GENCODE="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 fa_setup_path
 tests_bin="$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests"
@@ -57,17 +57,22 @@ run_group() {
   echo "tests $name: exit $? in $((SECONDS - start)) s ($(grep -E '^\[  (PASSED|FAILED)  \]' "$logdir/tests-$name.log" | tr '\n' ' '))"
   grep -E '^\[  FAILED  \]' "$logdir/tests-$name.log" | head -n 12
 }
-step gated && run_group gated "Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:*Fa2KvCacheSplitWeights.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*"
-step variants && run_group variants "*/Fa3BackwardVariant.*:*/Fa3BackwardVariantRepeat.*"
+step gated && run_group gated "${NEXT_GATED:-Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:*Fa2KvCacheSplitWeights.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*}"
+step packed && run_group packed "*Fa2KvCachePackedQueries*:*Fa2Forward.PackedQueryHeadsMatchReference*:Speculative/*"
+step variants && run_group variants "${NEXT_VARIANTS:-*/Fa3BackwardVariant.*:*/Fa3BackwardVariantRepeat.*}"
 if step sanitize; then
+  # One small case of each new kernel per run, so that a report names its kernel.
   mkdir -p "$logdir/sanitize"
   sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
-  small="dq_alternate/Fa3BackwardVariant.MatchesReference/0_*:dq_overlap/Fa3BackwardVariant.MatchesReference/0_*"
-  small+=":dq_alternate/Fa3BackwardVariant.DeterministicMatchesReference/0_*:regs240/Fa3BackwardVariant.MatchesReference/0_*"
-  small+=":Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/0_*:Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/3_*:Fa2CombinePlan.SplitWeightsFixedCases"
-  for tool in memcheck racecheck synccheck; do
-    timeout 120 "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests_bin" --gtest_filter="$small" >"$logdir/sanitize/$tool.log" 2>&1
-    echo "sanitize $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logdir/sanitize/$tool.log" | tail -n 1))"
+  cases=("dq_alternate/Fa3BackwardVariant.MatchesReference/0_*" "dq_alternate/Fa3BackwardVariant.DeterministicMatchesReference/0_*"
+    "dq_overlap/Fa3BackwardVariant.MatchesReference/0_*" "regs240/Fa3BackwardVariant.MatchesReference/0_*"
+    "Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/3_*" "Fa2CombinePlan.SplitWeightsFixedCases"
+    "Speculative/Fa2KvCachePackedQueries.*/0_*")
+  for tool in ${NEXT_SANITIZERS:-racecheck synccheck memcheck}; do
+    for i in "${!cases[@]}"; do
+      timeout 60 "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests_bin" --gtest_filter="${cases[$i]}" >"$logdir/sanitize/$tool-$i.log" 2>&1
+      echo "sanitize $tool ${cases[$i]}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logdir/sanitize/$tool-$i.log" | tail -n 1))"
+    done
   done
 fi
 out="$logdir/bench"
@@ -83,19 +88,20 @@ if step bench; then
   b fa3 --backend fa3 --grid peers --direction both
   b fa3-det --backend fa3 --grid peers --direction bwd --deterministic
   for v in ${NEXT_BWD_VARIANTS:-dq-alternate dq-overlap evict-last regs240 dq-alternate+evict-last dq-alternate+regs240 dq-overlap+regs240 dq-overlap+evict-last}; do
-    b "bwd-$v" --backend fa3 --grid peers --direction bwd --fa3-bwd-variant "$v"
+    b "bwd-${v//+/_}" --backend fa3 --grid peers --direction bwd --fa3-bwd-variant "$v"
   done
   b fp8 --backend fa3 --grid peers --direction fwd --dtype e4m3
 fi
 if step decode; then
   b decode --backend auto --grid decode
   b decode-sw --backend fa2 --grid decode --fa2-fwd-plan combine_sw=1
+  b decode-packed --backend fa2 --grid decode --fa2-fwd-plan pack_gqa_queries=1
 fi
 if step fa3 && [[ $have_anchor == 1 ]]; then
   [[ -n "$anchor_pid" ]] && { wait "$anchor_pid" || tail -n 20 "$logdir/anchor-build.log"; }
   export PYTHONPATH="$FA_ROOT/.anchors/fa3/hopper"
   start=$SECONDS
-  python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid peers --seqlens "${NEXT_SEQLENS:-1024,2048,4096,8192,16384}" \
+  python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid peers ${NEXT_NO_SDPA:+--no-sdpa} --seqlens "${NEXT_SEQLENS:-1024,2048,4096,8192,16384}" \
     --json "$out/peers.json" >"$out/peers.txt" 2>&1 || tail -n 5 "$out/peers.txt"
   python3 "$FA_ROOT/.anchors/tools/fa3_bench.py" --grid fp8 --no-sdpa --seqlens "${NEXT_SEQLENS:-1024,2048,4096,8192,16384}" \
     --json "$out/peers-fp8.json" >"$out/peers-fp8.txt" 2>&1 || tail -n 5 "$out/peers-fp8.txt"
@@ -107,5 +113,5 @@ step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:*Fa
 join() { local f=() x; for x in "$@"; do [[ -f "$x" ]] && f+=("$x"); done; ((${#f[@]})) && python3 "$FA_ROOT/bench/peers/join.py" "${f[@]}"; }
 join "$out/peers.json" "$out"/fa3.json "$out"/fa3-det.json "$out"/bwd-*.json >"$out/table.md"
 join "$out/peers-fp8.json" "$out/fp8.json" >"$out/fp8.md"
-join "$out/decode.json" "$out/decode-sw.json" >"$out/decode.md"
+join "$out/decode.json" "$out/decode-sw.json" "$out/decode-packed.json" >"$out/decode.md"
 echo "call: $SECONDS s"
