@@ -74,9 +74,8 @@ score-matrix memory and the max |difference| of the outputs.
                                stores), section_mb=N (the dynamic schedule's sections; 0 = one head
                                each); e.g. pingpong=0,block_n=144
   --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
-                               (src/fa3/bwd_variant_names.h: default, or dq-alternate | dq-overlap,
-                               evict-last, regs240 joined by '+'; calls where it is not built are
-                               skipped)
+                               (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap;
+                               calls where it is not built are skipped)
   --json FILE                  also write every row as JSON
   -h, --help                   this text
 )";

@@ -36,7 +36,7 @@ namespace flashattn::fa3 {
 // 64-column halves dq holds (the dQ GEMM runs in two: the whole chunk's 64 accumulators beside
 // dK's and dV's spill). In the deterministic mode the dQ writer warp keeps the order
 // (bwd_order_dq_wide): both warpgroups wait for its go before the first slice, and tell it they
-// are done (adds fenced) after the last. Config::kEvictLast: the sums stay in L2 for the next adds.
+// are done (adds fenced) after the last.
 template <typename Config, int kRegs>
 __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBlock& blk, int h, int row0, int col0, int slice,
                                                 const float (&dq)[kRegs]) {
@@ -48,8 +48,7 @@ __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBl
   static_for<kRegs / 4>([&](auto kc) {
     constexpr int k = decltype(kc)::value;
     const float4 v = make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
-    if constexpr (Config::kEvictLast) sm90::red_add_v4_at_evict_last<k * 512 * 4>(chunk, v);
-    else sm90::red_add_v4_at<k * 512 * 4>(chunk, v);
+    sm90::red_add_v4_at<k * 512 * 4>(chunk, v);
   });
   if (args.deterministic && slice == 1) {
     __threadfence();  // this CTA's adds visible before the count moves

@@ -56,12 +56,11 @@ __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const Bwd
   }
 }
 
-// One staged chunk added to the workspace (Config::kEvictLast: the sums stay in L2 for the next adds).
+// One staged chunk added to the workspace.
 template <typename Config>
 __device__ __forceinline__ void bwd_add_chunk(float* dst, uint32_t stage_addr) {
   const float* src = reinterpret_cast<const float*>(__cvta_shared_to_generic(stage_addr));
-  if constexpr (Config::kEvictLast) sm90::bulk_reduce_add_evict_last(dst, src, Config::kDqBytes);
-  else sm90::bulk_reduce_add(dst, src, Config::kDqBytes);
+  sm90::bulk_reduce_add(dst, src, Config::kDqBytes);
 }
 
 // Deterministic mode, before a row block's add: the key blocks before this one have added.

@@ -5,15 +5,8 @@
 
 namespace flashattn::fa3 {
 
-template <typename Element>
-Status bwd_hdim64_of(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
-  if (plan.general_score) return launch_bwd_config<BwdConfig<Element, 64, 64, true>>(args, stream);
-  return launch_bwd_config<BwdConfig<Element, 64, 64, false>>(args, stream);
-}
-
 Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
-  if (!bwd_default_kernel(plan)) return bwd_hdim64_variants(args, plan, stream);
-  return args.problem.fwd.dtype == DType::F16 ? bwd_hdim64_of<__half>(args, plan, stream) : bwd_hdim64_of<__nv_bfloat16>(args, plan, stream);
+  return launch_bwd_variant<64, kBwdKernels64>(args, plan, stream);
 }
 
 }  // namespace flashattn::fa3

@@ -114,8 +114,9 @@ BwdPlan bwd_plan(const BwdProblem& bp) {
   BwdPlan plan;
   plan.head_dim = bwd_head_dim(std::max(p.head_dim, p.head_dim_v));
   plan.general_score = p.score_modifiers();
-  plan.block_m = 64;
-  // plan.variant stays the default: the variants (bwd_variants.h) have not been measured yet.
+  const BwdKernel& kernel = *bwd_kernels_of(plan.head_dim).begin();
+  plan.block_m = kernel.block_m;
+  plan.variant = kernel.variant;
   return plan;
 }
 

@@ -65,16 +65,10 @@ Status launch_bwd_variant(const BwdArgs& args, const BwdPlan& plan, cudaStream_t
              : launch_bwd_built<__nv_bfloat16, kHeadDim, false, kBuilt>(args, plan, stream, kAll);
 }
 
-// Per head dim (the kernel's): bwd_hdim64.cu, bwd_hdim128.cu, bwd_hdim256.cu; the plans with a
-// variant go to bwd_hdim*_variants.cu.
+// Per head dim (the kernel's): bwd_hdim64.cu, bwd_hdim128.cu, bwd_hdim256.cu, each launching the
+// kernels bwd_variants.h lists for it.
 Status bwd_hdim64(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
 Status bwd_hdim128(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
 Status bwd_hdim256(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
-Status bwd_hdim64_variants(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
-Status bwd_hdim128_variants(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
-Status bwd_hdim256_variants(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream);
-
-// Whether the plan takes the head dim's default kernels (bwd_hdim*.cu).
-inline bool bwd_default_kernel(const BwdPlan& plan) { return plan.block_m == 64 && plan.variant == BwdVariant{}; }
 
 }  // namespace flashattn::fa3

@@ -1,7 +1,6 @@
 // The kernel choice of one FA3 backward: fa3::bwd_plan picks it per call; tests and benchmarks may
-// pass their own to fa3::bwd (fa3_backend.h). A plan's variant selects kernels that bwd_plan never
-// picks: they have not been measured on a GPU yet (docs/PERF.md says what each is to show).
-// Host and device: the kernels take the variant as a template argument (BwdConfig).
+// pass their own to fa3::bwd (fa3_backend.h). A plan's variant selects among the kernels built
+// (bwd_variants.h); the variant is a template argument of the kernels (BwdConfig). Host and device.
 #pragma once
 
 namespace flashattn::fa3 {
@@ -21,8 +20,6 @@ enum class BwdDq {
 // What a kernel does beyond its tile shape (template argument of BwdConfig).
 struct BwdVariant {
   BwdDq dq = BwdDq::Default;
-  bool l2_evict_last = false;    // EVICT_LAST L2 hint on the Q and dO loads and the dQ adds
-  int consumer_registers = 232;  // setmaxnreg of the consumers: 232 (producer 32) or 240 (producer 24)
   friend constexpr bool operator==(const BwdVariant&, const BwdVariant&) = default;
 };
 
@@ -30,7 +27,7 @@ struct BwdPlan {
   int head_dim = 0;            // the kernel's: 64, 128 or 256
   int block_m = 0;             // query rows per step: 64
   bool general_score = false;  // softcap or ALiBi (must match the call)
-  BwdVariant variant{};        // bwd_plan: always the default
+  BwdVariant variant{};        // bwd_plan: the head dim's kernel (bwd_variants.h)
 };
 
 }  // namespace flashattn::fa3

@@ -32,11 +32,10 @@ struct BwdSmem {
   __device__ __forceinline__ void* at(int offset) const { return base + offset; }
 };
 
-// A Q or dO tile's load: every CTA of the kv head reads it (Config::kEvictLast: keep it in L2).
+// A Q or dO tile's load (every CTA of the kv head reads it).
 template <typename Config>
 __device__ __forceinline__ void bwd_load_rows(void* smem, const CUtensorMap* map, int col, int h, int row, int batch, uint64_t* bar) {
-  if constexpr (Config::kEvictLast) sm90::tma_load_4d_evict_last(smem, map, col, h, row, batch, bar);
-  else sm90::tma_load_4d(smem, map, col, h, row, batch, bar);
+  sm90::tma_load_4d(smem, map, col, h, row, batch, bar);
 }
 
 template <typename Config>

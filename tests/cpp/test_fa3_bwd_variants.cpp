@@ -1,8 +1,9 @@
-// The FA3 backward's forced kernel variants (src/fa3/bwd_variants.h, bwd_variant_names.h), host
-// side: which are built, their names, that bwd_plan never picks one, and the forced entry's
+// The FA3 backward's kernels per head dim (src/fa3/bwd_variants.h, bwd_variant_names.h), host
+// side: which are built, their names, that bwd_plan picks the head dim's, and the forced entry's
 // answers before any kernel (api/fa3_bwd_forced.h).
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,52 +22,42 @@ namespace {
 std::vector<std::pair<int, fa3::BwdKernel>> built_kernels() {
   std::vector<std::pair<int, fa3::BwdKernel>> all;
   for (int d : {64, 128, 256})
-    for (const fa3::BwdKernel& k : fa3::bwd_variants_of(d)) all.push_back({d, k});
+    for (const fa3::BwdKernel& k : fa3::bwd_kernels_of(d)) all.push_back({d, k});
   return all;
 }
 
 TEST(Fa3BwdVariants, EveryBuiltKernelHasANameThatParsesBack) {
   for (const auto& [head_dim, kernel] : built_kernels()) {
     const std::string name = fa3::bwd_kernel_name(kernel);
-    EXPECT_NE(name, "default") << "d" << head_dim << ": a variant list holds the default";
     std::string why;
     const auto parsed = fa3::parse_bwd_kernel(name, &why);
     ASSERT_TRUE(parsed.has_value()) << name << ": " << why;
     EXPECT_TRUE(*parsed == kernel) << name;
     EXPECT_TRUE(fa3::bwd_kernel_built(head_dim, parsed->block_m, parsed->variant)) << name << " at d" << head_dim;
   }
-  std::string why;
-  const auto standard = fa3::parse_bwd_kernel("default", &why);
-  ASSERT_TRUE(standard.has_value());
-  EXPECT_TRUE(*standard == fa3::BwdKernel{});
   EXPECT_EQ(fa3::bwd_kernel_name(fa3::BwdKernel{}), "default");
 }
 
-TEST(Fa3BwdVariants, UnknownOrClashingNamesAreRefused) {
-  for (const char* bad : {"", "alternate", "dq-alternate+", "+evict-last", "dq-alternate+dq-overlap", "regs232", "Default"}) {
+TEST(Fa3BwdVariants, UnknownNamesAreRefused) {
+  for (const char* bad : {"", "alternate", "dq-alternate+", "dq-alternate+dq-overlap", "evict-last", "regs240", "Default"}) {
     std::string why;
     EXPECT_FALSE(fa3::parse_bwd_kernel(bad, &why).has_value()) << "'" << bad << "'";
     EXPECT_NE(why.find("unknown FA3 backward variant"), std::string::npos) << "'" << bad << "': " << why;
   }
-  std::string why;
-  const auto both = fa3::parse_bwd_kernel("evict-last+dq-alternate", &why);  // any order
-  ASSERT_TRUE(both.has_value()) << why;
-  EXPECT_EQ(fa3::bwd_kernel_name(*both), "dq-alternate+evict-last");
 }
 
-TEST(Fa3BwdVariants, EachVariantIsBuiltWhereItApplies) {
+// One kernel per head dim: d64's alternate dQ, d128's own, d256's overlapped dQ.
+TEST(Fa3BwdVariants, OneKernelPerHeadDim) {
   using fa3::BwdDq;
   for (int d : {64, 128, 256}) {
-    EXPECT_TRUE(fa3::bwd_kernel_built(d, 64, {})) << d;
-    EXPECT_TRUE(fa3::bwd_kernel_built(d, 64, {.l2_evict_last = true})) << d;
-    EXPECT_TRUE(fa3::bwd_kernel_built(d, 64, {.consumer_registers = 240})) << d;
+    EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {}), d == 128) << d;
     EXPECT_FALSE(fa3::bwd_kernel_built(d, 128, {})) << d;  // 128-row steps spill (docs/PERF.md)
     EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Alternate}), d == 64) << d;
     EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Overlap}), d == 256) << d;
+    EXPECT_EQ(std::distance(fa3::bwd_kernels_of(d).begin(), fa3::bwd_kernels_of(d).end()), 1) << d;
   }
   EXPECT_FALSE(fa3::bwd_kernel_built(96, 64, {}));
-  EXPECT_EQ(fa3::bwd_variants_of(96).begin(), fa3::bwd_variants_of(96).end());
-  EXPECT_FALSE(fa3::bwd_kernel_built(64, 64, {.consumer_registers = 248}));
+  EXPECT_EQ(fa3::bwd_kernels_of(96).begin(), fa3::bwd_kernels_of(96).end());
 }
 
 // The forced entry validates the call first, and runs FA3 kernels only on CUDA tensors.
@@ -86,8 +77,8 @@ TEST(Fa3BwdVariants, ForcedEntryValidatesAndNeedsCudaTensors) {
 }
 
 #if defined(FLASHATTN_WITH_CUDA)
-// bwd_plan keeps today's kernels: no variant, 64-row steps, for every head dim and feature.
-TEST(Fa3BwdVariants, PlanNeverPicksAVariant) {
+// bwd_plan takes the head dim's kernel (64-row steps), for every head dim and feature.
+TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
   int covered = 0;
   for (const AttentionCase& c : feature_sweep()) {
     if (c.dtype == DType::F32 || c.fp8() || c.dropout_p > 0.f) continue;
@@ -99,7 +90,8 @@ TEST(Fa3BwdVariants, PlanNeverPicksAVariant) {
     if (!fa3::check_bwd(problem).ok()) continue;
     const fa3::BwdPlan plan = fa3::bwd_plan(problem);
     EXPECT_EQ(plan.block_m, 64) << c.name();
-    EXPECT_TRUE(plan.variant == fa3::BwdVariant{}) << c.name();
+    EXPECT_TRUE(plan.variant == fa3::bwd_kernels_of(plan.head_dim).begin()->variant) << c.name();
+    EXPECT_TRUE(fa3::bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant)) << c.name();
     ++covered;
   }
   EXPECT_GT(covered, 20);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, one call: everything that is built but switched on only through forced plans
-# (FA3 backward kernel variants, the fp8 forward, the split-weights combine) plus the refactored
-# plan functions' defaults, and each beside its default and FlashAttention-3 in the same call.
+# (the fp8 forward, the split-weights combine, packed query heads), the defaults' suites, and the
+# benchmarks beside FlashAttention-3 in the same call.
 #   anchor-build.log       FlashAttention-3 built from .anchors/ (bf16 and fp8), in the background
 #                          while the tests run (CPU only)
 #   build.log, ptxas.txt   flashattn_gpu_tests and flashattn_bench (sm_90a), unless build-gpu/ came
@@ -11,14 +11,14 @@
 #   sanitize/              synccheck/racecheck/memcheck on small cases of the new kernels
 #   bench/                 ours (defaults, each FA3 backward variant, fp8, the combine) beside FA3:
 #                          bench/table.md, bench/fp8.md, bench/decode.md
-# Steps, in this order: NEXT_STEPS="anchor build gated packed variants sanitize bench decode fa3 defaults"
+# Steps, in this order: NEXT_STEPS="anchor build gated packed sanitize bench decode fa3 defaults"
 # (default: all); NEXT_DEADLINE (s) skips the steps that would start after it; TESTS_TIMEOUT per group.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/next_gpu_run.sh LOGDIR}"
 mkdir -p "$logdir"
 logdir="$(cd "$logdir" && pwd)"
-steps=" ${NEXT_STEPS:-anchor build gated packed variants sanitize bench decode fa3 defaults} "
+steps=" ${NEXT_STEPS:-anchor build gated packed sanitize bench decode fa3 defaults} "
 export FA_GPU_GENCODE="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 fa_setup_path
 tests_bin="$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests"
@@ -59,13 +59,12 @@ run_group() {
 }
 step gated && run_group gated "${NEXT_GATED:-Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:*Fa2KvCacheSplitWeights.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*}"
 step packed && run_group packed "*Fa2KvCachePackedQueries*:*Fa2Forward.PackedQueryHeadsMatchReference*:Speculative/*"
-step variants && run_group variants "${NEXT_VARIANTS:-*/Fa3BackwardVariant.*:*/Fa3BackwardVariantRepeat.*}"
 if step sanitize; then
   # One small case of each new kernel per run, so that a report names its kernel.
   mkdir -p "$logdir/sanitize"
   sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
-  cases=("dq_alternate/Fa3BackwardVariant.MatchesReference/0_*" "dq_alternate/Fa3BackwardVariant.DeterministicMatchesReference/0_*"
-    "dq_overlap/Fa3BackwardVariant.MatchesReference/0_*" "regs240/Fa3BackwardVariant.MatchesReference/0_*"
+  cases=("Sweep/Fa3Backward.MatchesReference/9_*" "Sweep/Fa3Backward.DeterministicMatchesReference/9_*"
+    "Sweep/Fa3Backward.MatchesReference/28_*"
     "Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/3_*" "Fa2CombinePlan.SplitWeightsFixedCases"
     "Speculative/Fa2KvCachePackedQueries.*/0_*")
   for tool in ${NEXT_SANITIZERS:-racecheck synccheck memcheck}; do
@@ -87,7 +86,7 @@ b() {  # b NAME ARGS...: one flashattn_bench run into out/NAME.json, rows rename
 if step bench; then
   b fa3 --backend fa3 --grid peers --direction both
   b fa3-det --backend fa3 --grid peers --direction bwd --deterministic
-  for v in ${NEXT_BWD_VARIANTS:-dq-alternate dq-overlap evict-last regs240 dq-alternate+evict-last dq-alternate+regs240 dq-overlap+regs240 dq-overlap+evict-last}; do
+  for v in ${NEXT_BWD_VARIANTS:-}; do
     b "bwd-${v//+/_}" --backend fa3 --grid peers --direction bwd --fa3-bwd-variant "$v"
   done
   b fp8 --backend fa3 --grid peers --direction fwd --dtype e4m3
@@ -107,7 +106,7 @@ if step fa3 && [[ $have_anchor == 1 ]]; then
     --json "$out/peers-fp8.json" >"$out/peers-fp8.txt" 2>&1 || tail -n 5 "$out/peers-fp8.txt"
   echo "fa3 bench: $((SECONDS - start)) s"
 fi
-step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:*Fa3Backward*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*-*/Fa3BackwardVariant*"
+step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:*Fa3Backward*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*"
 # Whatever this call or an earlier one on this machine measured, joined.
 [[ -n "$anchor_pid" ]] && wait "$anchor_pid"
 join() { local f=() x; for x in "$@"; do [[ -f "$x" ]] && f+=("$x"); done; ((${#f[@]})) && python3 "$FA_ROOT/bench/peers/join.py" "${f[@]}"; }

@@ -22,21 +22,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem, const CUtensorMap* map, 
   cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, map, coords, bar);
 }
 
-// The same with the L2 hint EVICT_LAST (a tensor that other CTAs read again soon): the policy
-// is formed beside each copy (createpolicy), not held in registers between copies.
-__device__ __forceinline__ void tma_load_4d_evict_last(void* smem, const CUtensorMap* map, int32_t c0, int32_t c1, int32_t c2,
-                                                       int32_t c3, uint64_t* bar) {
-  asm volatile(
-      "{\n"
-      ".reg .b64 policy;\n"
-      "createpolicy.fractional.L2::evict_last.b64 policy, 1.0;\n"
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6], policy;\n"
-      "}\n" ::"r"(uint32_t(__cvta_generic_to_shared(smem))),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(uint32_t(__cvta_generic_to_shared(bar)))
-      : "memory");
-}
-
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* smem, int32_t c0, int32_t c1, int32_t c2,
                                              int32_t c3) {
   const int32_t coords[4] = {c0, c1, c2, c3};
@@ -52,18 +37,6 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* global, uint32
 // aligned), by the TMA unit: one instruction for a whole staged tile. A bulk group, as the stores.
 __device__ __forceinline__ void bulk_reduce_add(float* global, const float* smem, uint32_t bytes) {
   cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add, global, smem, bytes);
-}
-
-// The same with the L2 hint EVICT_LAST (the sums stay in L2 for the next adds to the same rows).
-__device__ __forceinline__ void bulk_reduce_add_evict_last(float* global, const float* smem, uint32_t bytes) {
-  asm volatile(
-      "{\n"
-      ".reg .b64 policy;\n"
-      "createpolicy.fractional.L2::evict_last.b64 policy, 1.0;\n"
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, policy;\n"
-      "}\n" ::"l"(global),
-      "r"(uint32_t(__cvta_generic_to_shared(smem))), "r"(bytes)
-      : "memory");
 }
 
 __device__ __forceinline__ void tma_store_commit() { cuda::ptx::cp_async_bulk_commit_group(); }

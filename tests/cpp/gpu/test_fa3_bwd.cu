@@ -2,14 +2,12 @@
 // the feature sweep it covers (head dims to 256: d256 and padded d192 on the wide kernel), in both dQ modes (bulk reductions in any order, and deterministic);
 // larger grids (several key and row blocks, GQA groups, varlen with empty sequences, seqused_k
 // with NaN past it); rows that see no key; extreme scores; 50-run bitwise determinism; a 100-run
-// race check; Unsupported answers. The kernel variants that only a forced plan selects
-// (fa3/bwd_variants.h) run the sweep, grid, determinism and race tests of their head dims, each
-// under its own prefix (gtest filter "dq_alternate/*", ...). Skips without an sm90 GPU.
+// race check; Unsupported answers, a forced kernel that is not built included. Skips without an
+// sm90 GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -222,16 +220,7 @@ TEST(Fa3BackwardRace, HundredRunsAgree) {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Kernel variants that only a forced plan selects (not switched on until these pass and a
-// benchmark shows them faster: tools/gpu/fa3_bwd_variants.sh).
-// ---------------------------------------------------------------------------------------------
-
-// The head dim of the kernels a call runs on (fa3 bwd_head_dim).
-int fa3_bwd_kernel_head_dim(const AttentionCase& c) {
-  const int d = std::max(c.head_dim, c.dv());
-  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
-}
+// Forced kernels (api::bwd_fa3_forced): one not built at the call's head dim is refused.
 
 fa3::BwdKernel kernel_named(const std::string& spec) {
   std::string why;
@@ -246,71 +235,6 @@ gpu_test::DeviceBwd forced_call(const std::string& spec) {
   return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, kernel); };
 }
 
-// The head dims a variant is built at.
-std::vector<int> variant_head_dims(const std::string& spec) {
-  const fa3::BwdKernel kernel = kernel_named(spec);
-  std::vector<int> dims;
-  for (int d : {64, 128, 256})
-    if (fa3::bwd_kernel_built(d, kernel.block_m, kernel.variant)) dims.push_back(d);
-  return dims;
-}
-
-struct VariantCase {
-  std::string variant;  // fa3/bwd_variant_names.h
-  AttentionCase c;
-  std::string name() const { return c.name(); }  // (the variant is the instantiation's prefix)
-};
-void PrintTo(const VariantCase& v, std::ostream* os) { *os << v.variant << " " << v.c.name(); }
-
-// The sweep and grid cases that run on the variant's head dims.
-std::vector<VariantCase> variant_cases(const std::string& spec) {
-  const std::vector<int> dims = variant_head_dims(spec);
-  std::vector<VariantCase> cases;
-  for (const std::vector<AttentionCase>& list : {fa3_bwd_sweep(), fa3_bwd_grid()})
-    for (const AttentionCase& c : list)
-      if (std::find(dims.begin(), dims.end(), fa3_bwd_kernel_head_dim(c)) != dims.end()) cases.push_back({spec, c});
-  return cases;
-}
-
-class Fa3BackwardVariant : public ::testing::TestWithParam<VariantCase> {};
-
-TEST_P(Fa3BackwardVariant, MatchesReference) {
-  SKIP_WITHOUT_SM90();
-  expect_fa3_backward_matches(GetParam().c, false, forced_call(GetParam().variant));
-}
-
-TEST_P(Fa3BackwardVariant, DeterministicMatchesReference) {
-  SKIP_WITHOUT_SM90();
-  expect_fa3_backward_matches(GetParam().c, true, forced_call(GetParam().variant));
-}
-
-// The determinism and race checks of the default, at each head dim the variant is built at.
-class Fa3BackwardVariantRepeat : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Fa3BackwardVariantRepeat, FiftyRunsAreBitwiseEqual) {
-  SKIP_WITHOUT_SM90();
-  for (int d : variant_head_dims(GetParam()))
-    for (bool causal : {false, true}) {
-      AttentionCase c = two_sequences(700, 900, 8, 2, d);
-      c.causal = causal;
-      SCOPED_TRACE(GetParam() + " " + c.name());
-      expect_backward_runs_bitwise_equal(c, Backend::Fa3, /*deterministic=*/true, 50, forced_call(GetParam()));
-    }
-}
-
-TEST_P(Fa3BackwardVariantRepeat, HundredRunsAgree) {
-  SKIP_WITHOUT_SM90();
-  for (int d : variant_head_dims(GetParam()))
-    for (bool causal : {false, true}) {
-      AttentionCase c = two_sequences(2000, 2100, 8, 4, d);
-      c.causal = causal;
-      SCOPED_TRACE(GetParam() + " " + c.name());
-      expect_backward_runs_agree(c, Backend::Fa3, 100, forced_call(GetParam()));
-    }
-}
-
-// A forced variant is the variant the plan runs, and a default-equal result means nothing if
-// the variant silently fell back: a kernel not built at the call's head dim is refused.
 TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
   SKIP_WITHOUT_SM90();
   AttentionCase c = two_sequences(100, 130, 2, 2, 128);  // dq-alternate is d64 only
@@ -321,41 +245,6 @@ TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
                                                  forced_call("dq-alternate"));
   EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
   EXPECT_EQ(st.argument(), "plan") << st.message();
-}
-
-// One instantiation per built variant; the names below must cover bwd_variants.h exactly.
-#define FA3_BWD_VARIANT_TESTS(prefix, spec)                                                                        \
-  INSTANTIATE_TEST_SUITE_P(prefix, Fa3BackwardVariant, ::testing::ValuesIn(variant_cases(spec)), ParamTestName()); \
-  INSTANTIATE_TEST_SUITE_P(prefix, Fa3BackwardVariantRepeat, ::testing::Values(std::string(spec)))
-
-FA3_BWD_VARIANT_TESTS(dq_alternate, "dq-alternate");
-FA3_BWD_VARIANT_TESTS(dq_overlap, "dq-overlap");
-FA3_BWD_VARIANT_TESTS(evict_last, "evict-last");
-FA3_BWD_VARIANT_TESTS(dq_alternate_evict_last, "dq-alternate+evict-last");
-FA3_BWD_VARIANT_TESTS(dq_overlap_evict_last, "dq-overlap+evict-last");
-FA3_BWD_VARIANT_TESTS(regs240, "regs240");
-FA3_BWD_VARIANT_TESTS(dq_alternate_regs240, "dq-alternate+regs240");
-FA3_BWD_VARIANT_TESTS(dq_overlap_regs240, "dq-overlap+regs240");
-
-// (no GPU needed) every built variant has its tests above, and nothing more: the registered
-// Fa3BackwardVariantRepeat instantiations' parameters against bwd_variants.h.
-TEST(Fa3BackwardVariantList, EveryBuiltVariantIsTested) {
-  std::set<std::string> built, tested;
-  for (int d : {64, 128, 256})
-    for (const fa3::BwdKernel& k : fa3::bwd_variants_of(d)) built.insert(fa3::bwd_kernel_name(k));
-  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
-  const std::string suffix = "/Fa3BackwardVariantRepeat";
-  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
-    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
-    const std::string name = suite.name();
-    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    for (int t = 0; t < suite.total_test_count(); ++t) {
-      std::string spec = suite.GetTestInfo(t)->value_param();  // printed with quotes
-      if (spec.size() >= 2 && spec.front() == '"') spec = spec.substr(1, spec.size() - 2);
-      tested.insert(spec);
-    }
-  }
-  EXPECT_EQ(built, tested);
 }
 
 TEST(Fa3BackwardErrors, UncoveredCallsAreUnsupported) {
