@@ -16,7 +16,7 @@ struct BwdKernel {
 };
 
 // d64: the warpgroups take turns computing a whole step's dQ (one bulk add per step); d256: dQ's
-// first slice issued before dV/dK, its adds overlapping them. (+12-18 % and +5-10 %, docs/PERF.md.)
+// first slice issued before dV/dK, its adds overlapping them. (docs/PERF.md, eleventh session.)
 inline constexpr BwdKernel kBwdKernels64[] = {{64, {.dq = BwdDq::Alternate}}};
 inline constexpr BwdKernel kBwdKernels128[] = {{64, {}}};
 inline constexpr BwdKernel kBwdKernels256[] = {{64, {.dq = BwdDq::Overlap}}};

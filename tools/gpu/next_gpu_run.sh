@@ -11,14 +11,15 @@
 #   sanitize/              synccheck/racecheck/memcheck on small cases of the new kernels
 #   bench/                 ours (defaults, each FA3 backward variant, fp8, the combine) beside FA3:
 #                          bench/table.md, bench/fp8.md, bench/decode.md
-# Steps, in this order: NEXT_STEPS="anchor build gated packed sanitize bench decode fa3 defaults"
+# Steps, in this order: NEXT_STEPS="anchor build bwd3 gated bench decode defaults packed sanitize fa3"
+# NEXT_DECODE_SHAPES="b,sq,sk,h,d,hk:dense|PAGE ..." times those shapes instead of the decode grid.
 # (default: all); NEXT_DEADLINE (s) skips the steps that would start after it; TESTS_TIMEOUT per group.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/next_gpu_run.sh LOGDIR}"
 mkdir -p "$logdir"
 logdir="$(cd "$logdir" && pwd)"
-steps=" ${NEXT_STEPS:-anchor build gated packed sanitize bench decode fa3 defaults} "
+steps=" ${NEXT_STEPS:-anchor build bwd3 gated bench decode defaults packed sanitize fa3} "
 export FA_GPU_GENCODE="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 fa_setup_path
 tests_bin="$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests"
@@ -57,23 +58,8 @@ run_group() {
   echo "tests $name: exit $? in $((SECONDS - start)) s ($(grep -E '^\[  (PASSED|FAILED)  \]' "$logdir/tests-$name.log" | tr '\n' ' '))"
   grep -E '^\[  FAILED  \]' "$logdir/tests-$name.log" | head -n 12
 }
+step bwd3 && run_group bwd3 "Sm90Primitives.*:*Fa3Backward*"
 step gated && run_group gated "${NEXT_GATED:-Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:*Fa2KvCacheSplitWeights.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*}"
-step packed && run_group packed "*Fa2KvCachePackedQueries*:*Fa2Forward.PackedQueryHeadsMatchReference*:Speculative/*"
-if step sanitize; then
-  # One small case of each new kernel per run, so that a report names its kernel.
-  mkdir -p "$logdir/sanitize"
-  sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
-  cases=("Sweep/Fa3Backward.MatchesReference/9_*" "Sweep/Fa3Backward.DeterministicMatchesReference/9_*"
-    "Sweep/Fa3Backward.MatchesReference/28_*"
-    "Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/3_*" "Fa2CombinePlan.SplitWeightsFixedCases"
-    "Speculative/Fa2KvCachePackedQueries.*/0_*")
-  for tool in ${NEXT_SANITIZERS:-racecheck synccheck memcheck}; do
-    for i in "${!cases[@]}"; do
-      timeout 60 "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests_bin" --gtest_filter="${cases[$i]}" >"$logdir/sanitize/$tool-$i.log" 2>&1
-      echo "sanitize $tool ${cases[$i]}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logdir/sanitize/$tool-$i.log" | tail -n 1))"
-    done
-  done
-fi
 out="$logdir/bench"
 mkdir -p "$out"
 b() {  # b NAME ARGS...: one flashattn_bench run into out/NAME.json, rows renamed NAME
@@ -92,9 +78,36 @@ if step bench; then
   b fp8 --backend fa3 --grid peers --direction fwd --dtype e4m3
 fi
 if step decode; then
-  b decode --backend auto --grid decode
-  b decode-sw --backend fa2 --grid decode --fa2-fwd-plan combine_sw=1
-  b decode-packed --backend fa2 --grid decode --fa2-fwd-plan pack_gqa_queries=1
+  if [[ -n "${NEXT_DECODE_SHAPES:-}" ]]; then
+    # A few decode shapes (b,sq,sk,h,d,hk:cache) instead of the whole grid, each config one row.
+    for shape in $NEXT_DECODE_SHAPES; do
+      tag="${shape//,/_}" tag="${tag//:/_}"
+      b "decode-$tag" --backend auto --causal 1 --shape "${shape%%:*}" --kvcache "${shape##*:}"
+      b "decode-sw-$tag" --backend fa2 --causal 1 --shape "${shape%%:*}" --kvcache "${shape##*:}" --fa2-fwd-plan combine_sw=1
+      b "decode-packed-$tag" --backend fa2 --causal 1 --shape "${shape%%:*}" --kvcache "${shape##*:}" --fa2-fwd-plan pack_gqa_queries=1
+    done
+  else
+    b decode --backend auto --grid decode
+    b decode-sw --backend fa2 --grid decode --fa2-fwd-plan combine_sw=1
+    b decode-packed --backend fa2 --grid decode --fa2-fwd-plan pack_gqa_queries=1
+  fi
+fi
+step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*-*PackedQuer*:*SplitWeights*"
+step packed && run_group packed "*Fa2KvCachePackedQueries*:*Fa2Forward.PackedQueryHeadsMatchReference*:Speculative/*"
+if step sanitize; then
+  # One small case of each new kernel per run, so that a report names its kernel.
+  mkdir -p "$logdir/sanitize"
+  sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
+  cases=("Sweep/Fa3Backward.MatchesReference/9_*" "Sweep/Fa3Backward.DeterministicMatchesReference/9_*"
+    "Sweep/Fa3Backward.MatchesReference/28_*"
+    "Sweep/Fa3Fp8Forward.EveryPlanMatchesReference/3_*" "Fa2CombinePlan.SplitWeightsFixedCases"
+    "Speculative/Fa2KvCachePackedQueries.*/0_*")
+  for tool in ${NEXT_SANITIZERS:-racecheck synccheck memcheck}; do
+    for i in "${!cases[@]}"; do
+      timeout 60 "$sanitizer" --tool "$tool" --error-exitcode 9 "$tests_bin" --gtest_filter="${cases[$i]}" >"$logdir/sanitize/$tool-$i.log" 2>&1
+      echo "sanitize $tool ${cases[$i]}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logdir/sanitize/$tool-$i.log" | tail -n 1))"
+    done
+  done
 fi
 if step fa3 && [[ $have_anchor == 1 ]]; then
   [[ -n "$anchor_pid" ]] && { wait "$anchor_pid" || tail -n 20 "$logdir/anchor-build.log"; }
@@ -106,11 +119,10 @@ if step fa3 && [[ $have_anchor == 1 ]]; then
     --json "$out/peers-fp8.json" >"$out/peers-fp8.txt" 2>&1 || tail -n 5 "$out/peers-fp8.txt"
   echo "fa3 bench: $((SECONDS - start)) s"
 fi
-step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:*Fa3Backward*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*"
 # Whatever this call or an earlier one on this machine measured, joined.
 [[ -n "$anchor_pid" ]] && wait "$anchor_pid"
 join() { local f=() x; for x in "$@"; do [[ -f "$x" ]] && f+=("$x"); done; ((${#f[@]})) && python3 "$FA_ROOT/bench/peers/join.py" "${f[@]}"; }
 join "$out/peers.json" "$out"/fa3.json "$out"/fa3-det.json "$out"/bwd-*.json >"$out/table.md"
 join "$out/peers-fp8.json" "$out/fp8.json" >"$out/fp8.md"
-join "$out/decode.json" "$out/decode-sw.json" "$out/decode-packed.json" >"$out/decode.md"
+join "$out"/decode*.json >"$out/decode.md"
 echo "call: $SECONDS s"
