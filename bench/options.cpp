@@ -61,8 +61,7 @@ score-matrix memory and the max |difference| of the outputs.
                                library picks per call (src/fa2/fwd_plan.h) changed in these fields:
                                base=1 (start from the base tiles: what sm80 runs, no decode or
                                wide d256 tiles), block_m, block_n, warps, stage_pages=0|1,
-                               combine_sw=0|1 (split-KV partials merged by the split-weights
-                               combine kernel), pack_gqa_queries=0|1 (the query heads of a KV
+                               pack_gqa_queries=0|1 (the query heads of a KV
                                head packed into the rows of its tiles, for any seqlen_q; on the
                                chosen tiles); e.g.
                                base=1, or block_m=64,block_n=64 (calls the plan cannot run are

@@ -62,28 +62,6 @@ __device__ __forceinline__ void store_row_lse(const CombineProblem& c, const Com
   if (lane == 0 && c.lse != nullptr) c.lse[c.lse_strides.offset(0, r.b, r.i, r.h)] = empty ? -INFINITY : max_lse + logf(sum);
 }
 
-__global__ void combine_per_column_kernel(const CombineProblem c) {
-  CombineRow r;
-  if (!warp_row(c, &r)) return;
-  const int lane = threadIdx.x % 32;
-  float max_lse, sum;
-  row_lse_stats(c, r, lane, &max_lse, &sum);
-  const bool empty = max_lse == -INFINITY;  // no split saw a key: out 0, lse -inf
-
-  for (int64_t x = lane; x < c.head_dim; x += 32) {
-    float acc = 0.f;
-    if (!empty)
-      for (int64_t s = 0; s < c.splits; ++s) {
-        // Only a split that saw no key (LSE -inf) is skipped: one whose weight underflows still
-        // carries a NaN output into the row (0 * NaN), as the math does.
-        const float lse_s = split_lse(c, r, s);
-        if (lse_s != -INFINITY) acc += expf(lse_s - max_lse) * c.out_partial[c.out_partial_strides.offset(s, r.b, r.i, r.h) + x];
-      }
-    store_as(c.out, c.out_strides.offset(0, r.b, r.i, r.h) + x, c.out_dtype, empty ? 0.f : acc / sum);
-  }
-  store_row_lse(c, r, lane, empty, max_lse, sum);
-}
-
 template <int kVec>
 __device__ __forceinline__ void load_columns(const float* src, bool active, float (&v)[kVec]) {
   if constexpr (kVec == 4) {
@@ -160,9 +138,7 @@ Status combine(const CombineProblem& c, void* stream, const CombinePlan* forced_
   const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
   if (blocks > 0x7fffffff) return Status::error(ErrorCode::Unsupported, "out", "fa2 combine: too many rows for one launch");
   const auto s = static_cast<cudaStream_t>(stream);
-  if (plan.kernel == CombineKernel::PerColumn)
-    combine_per_column_kernel<<<unsigned(blocks), kThreads, 0, s>>>(c);
-  else if (plan.vector_width == 4)
+  if (plan.vector_width == 4)
     combine_split_weights_kernel<4><<<unsigned(blocks), kThreads, 0, s>>>(c);
   else
     combine_split_weights_kernel<1><<<unsigned(blocks), kThreads, 0, s>>>(c);

@@ -1,4 +1,4 @@
-// Which kernel merges a split-KV call's partial outputs. Host code only, free of CUDA, so the
+// How the kernel merges a split-KV call's partial outputs. Host code only, free of CUDA, so the
 // rule is unit-tested on the CPU; tests and benchmarks may force a plan (fa2::combine).
 #pragma once
 
@@ -8,19 +8,12 @@
 
 namespace flashattn::fa2 {
 
-enum class CombineKernel {
-  // One warp per output row; each lane walks every split once per column it owns, reading that
-  // split's LSE again each time.
-  PerColumn,
-  // One warp per output row; the split weights are computed once per 32 splits (a lane each) and
-  // broadcast by shuffles, so the loads of the partial outputs are independent of one another
-  // and several are in flight. Columns per lane: vector_width (4 = float4 loads, else 1).
-  SplitWeights,
-};
-
+// One warp per output row; the split weights are computed once per 32 splits (a lane each) and
+// broadcast by shuffles, so the loads of the partial outputs are independent of one another and
+// several are in flight. (The kernel before it walked every split once per column with a
+// dependent LSE load: half the batch-1 decode bandwidth, docs/PERF.md; deleted.)
 struct CombinePlan {
-  CombineKernel kernel = CombineKernel::PerColumn;
-  int vector_width = 1;  // SplitWeights only: 1 or 4
+  int vector_width = 1;  // columns per lane: 4 (float4 loads) or 1
 };
 
 // Whether the partial outputs can be read as float4: 16-byte aligned rows of a head dim that is
@@ -32,12 +25,11 @@ inline bool combine_reads_float4(const CombineProblem& c) {
          aligned(s.batch) && aligned(s.row) && aligned(s.head);
 }
 
-// The default plan. SplitWeights has not yet run on a GPU: only a forced plan selects it.
-inline CombinePlan combine_plan(const CombineProblem&) { return {}; }
+// The default plan: float4 loads wherever the partials allow them.
+inline CombinePlan combine_plan(const CombineProblem& c) { return {combine_reads_float4(c) ? 4 : 1}; }
 
 // A forced plan, checked against the call: "" when it fits, else the reason.
 inline const char* combine_plan_misfit(const CombinePlan& plan, const CombineProblem& c) {
-  if (plan.kernel == CombineKernel::PerColumn) return plan.vector_width == 1 ? "" : "PerColumn reads one column per lane";
   if (plan.vector_width != 1 && plan.vector_width != 4) return "vector_width must be 1 or 4";
   if (plan.vector_width == 4 && !combine_reads_float4(c))
     return "vector_width 4 needs a head dim that is a multiple of 4 and 16-byte aligned partial rows";

@@ -70,12 +70,7 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
   }
   kernel<<<grid, Config::kThreads, smem_bytes, stream>>>(p, ws, plan.stage_pages, pack);
   FLASHATTN_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
-  if (splits > 1) {
-    const CombineProblem partials = split_combine_problem(p, ws);
-    if (!plan.combine_split_weights) return combine(partials, stream);
-    const CombinePlan merge{CombineKernel::SplitWeights, combine_reads_float4(partials) ? 4 : 1};
-    return combine(partials, stream, &merge);
-  }
+  if (splits > 1) return combine(split_combine_problem(p, ws), stream);
   return {};
 }
 

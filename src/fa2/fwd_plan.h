@@ -93,9 +93,6 @@ struct FwdPlan {
   // Paged K/V: the pages of the next two tiles go to shared memory before the wait on the tile in
   // flight, where the GPU has the bytes (else each thread reads the block table itself).
   bool stage_pages = false;
-  // Split-KV partials merged by the split-weights combine kernel (fa2/combine_plan.h; forced
-  // plans only until it has run on a GPU), else by combine_plan's.
-  bool combine_split_weights = false;
   // The G = heads_q / heads_k query heads of a KV head packed into the rows of its tiles for any
   // seqlen_q (common/pack_gqa.h, can_pack_gqa_queries), on the kernels of kFwdPackedQueryKernels;
   // forced plans only until it has run on a GPU (fwd_plan_packing_queries: the rule it would take).

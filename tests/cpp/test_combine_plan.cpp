@@ -17,15 +17,18 @@ CombineProblem aligned_problem(int64_t head_dim) {
   return c;
 }
 
-TEST(CombinePlan, DefaultIsThePerColumnKernel) {
-  const CombinePlan plan = combine_plan(aligned_problem(128));
-  EXPECT_EQ(plan.kernel, CombineKernel::PerColumn);
-  EXPECT_EQ(plan.vector_width, 1);
-  EXPECT_STREQ(combine_plan_misfit(plan, aligned_problem(128)), "");
+TEST(CombinePlan, DefaultTakesFloat4WhereThePartialsAllowIt) {
+  EXPECT_EQ(combine_plan(aligned_problem(128)).vector_width, 4);
+  EXPECT_EQ(combine_plan(aligned_problem(6)).vector_width, 1);
+  CombineProblem shifted = aligned_problem(128);
+  shifted.out_partial += 1;
+  EXPECT_EQ(combine_plan(shifted).vector_width, 1);
+  for (int64_t d : {6, 8, 128})
+    EXPECT_STREQ(combine_plan_misfit(combine_plan(aligned_problem(d)), aligned_problem(d)), "") << d;
 }
 
 TEST(CombinePlan, Float4NeedsAlignedRowsOfFourColumns) {
-  const CombinePlan vec4{CombineKernel::SplitWeights, 4};
+  const CombinePlan vec4{4};
   EXPECT_STREQ(combine_plan_misfit(vec4, aligned_problem(128)), "");
   EXPECT_STRNE(combine_plan_misfit(vec4, aligned_problem(6)), "");  // head dim not a multiple of 4
   CombineProblem shifted = aligned_problem(128);
@@ -34,12 +37,12 @@ TEST(CombinePlan, Float4NeedsAlignedRowsOfFourColumns) {
   CombineProblem odd_stride = aligned_problem(128);
   odd_stride.out_partial_strides.row = 130;
   EXPECT_STRNE(combine_plan_misfit(vec4, odd_stride), "");
-  EXPECT_STREQ(combine_plan_misfit({CombineKernel::SplitWeights, 1}, shifted), "");
+  EXPECT_STREQ(combine_plan_misfit({1}, shifted), "");
 }
 
 TEST(CombinePlan, RefusesWidthsTheKernelsLack) {
-  EXPECT_STRNE(combine_plan_misfit({CombineKernel::SplitWeights, 2}, aligned_problem(128)), "");
-  EXPECT_STRNE(combine_plan_misfit({CombineKernel::PerColumn, 4}, aligned_problem(128)), "");
+  EXPECT_STRNE(combine_plan_misfit({2}, aligned_problem(128)), "");
+  EXPECT_STRNE(combine_plan_misfit({0}, aligned_problem(128)), "");
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ namespace flashattn::fa2 {
 std::ostream& operator<<(std::ostream& os, const FwdPlan& p) {
   return os << "{d" << p.head_dim << " " << p.block_m << "x" << p.block_n << " " << p.warps << " warps"
             << (p.dropout ? " dropout" : "") << (p.general_score ? " general" : " plain")
-            << (p.stage_pages ? " staged pages" : "") << (p.combine_split_weights ? " split-weights combine" : "") << "}";
+            << (p.stage_pages ? " staged pages" : "") << "}";
 }
 
 namespace {

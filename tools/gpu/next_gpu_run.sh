@@ -59,7 +59,7 @@ run_group() {
   grep -E '^\[  FAILED  \]' "$logdir/tests-$name.log" | head -n 12
 }
 step bwd3 && run_group bwd3 "Sm90Primitives.*:*Fa3Backward*"
-step gated && run_group gated "${NEXT_GATED:-Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:*Fa2KvCacheSplitWeights.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*}"
+step gated && run_group gated "${NEXT_GATED:-Sm90Fp8.*:*Fa3Fp8*:Fa2CombinePlan.*:Fa3BackwardVariantRefusal.*:Fa3BackwardVariantList.*}"
 out="$logdir/bench"
 mkdir -p "$out"
 b() {  # b NAME ARGS...: one flashattn_bench run into out/NAME.json, rows renamed NAME
@@ -83,16 +83,14 @@ if step decode; then
     for shape in $NEXT_DECODE_SHAPES; do
       tag="${shape//,/_}" tag="${tag//:/_}"
       b "decode-$tag" --backend auto --causal 1 --shape "${shape%%:*}" --kvcache "${shape##*:}"
-      b "decode-sw-$tag" --backend fa2 --causal 1 --shape "${shape%%:*}" --kvcache "${shape##*:}" --fa2-fwd-plan combine_sw=1
       b "decode-packed-$tag" --backend fa2 --causal 1 --shape "${shape%%:*}" --kvcache "${shape##*:}" --fa2-fwd-plan pack_gqa_queries=1
     done
   else
     b decode --backend auto --grid decode
-    b decode-sw --backend fa2 --grid decode --fa2-fwd-plan combine_sw=1
     b decode-packed --backend fa2 --grid decode --fa2-fwd-plan pack_gqa_queries=1
   fi
 fi
-step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*-*PackedQuer*:*SplitWeights*"
+step defaults && run_group defaults "*Fa2Forward*:*Fa2Backward*:*Fa2KvCache*:Sweep/Fa3Forward*:*Fa3ForwardPlans*:*Fa3ForwardRace*:Sm90Primitives.*-*PackedQuer*"
 step packed && run_group packed "*Fa2KvCachePackedQueries*:*Fa2Forward.PackedQueryHeadsMatchReference*:Speculative/*"
 if step sanitize; then
   # One small case of each new kernel per run, so that a report names its kernel.

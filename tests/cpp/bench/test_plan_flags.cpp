@@ -49,10 +49,6 @@ TEST(BenchPlanFlags, ChangeOnlyTheirFields) {
   fa2::FwdPlan staged = base;
   staged.stage_pages = true;
   EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "base=1,stage_pages=1"), chosen, base), staged);
-  fa2::FwdPlan merged = chosen;
-  merged.combine_split_weights = true;
-  EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "combine_sw=1"), chosen, base), merged);
-  EXPECT_NE(refusal(PlanFamily::Fa2Fwd, "combine_sw=2").find("0 or 1"), std::string::npos);
 
   const fa2::BwdPlan bwd{128, 64, 2, 2};
   fa2::BwdPlan one_tile = bwd;

@@ -1,6 +1,6 @@
-// The split-KV combine kernels that only a forced CombinePlan selects (combine_plan.h), against the
-// double-precision check of combine_case.cpp and against the default kernel on the same inputs.
-// Skips without a GPU.
+// The split-KV combine's plans (combine_plan.h: float4 or scalar columns) forced, against the
+// double-precision check of combine_case.cpp, and against each other with NaN inputs. Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,7 +17,6 @@
 namespace flashattn::test {
 namespace {
 
-using fa2::CombineKernel;
 using fa2::CombinePlan;
 
 // The call mirrored onto the device and run by fa2::combine with `plan`.
@@ -39,8 +38,8 @@ CombineRunner runner_with(const CombinePlan& plan) {
   return [plan](const CombineParams& p) { return combine_on_device_with(p, plan); };
 }
 
-const CombinePlan kSplitWeights1{CombineKernel::SplitWeights, 1};
-const CombinePlan kSplitWeights4{CombineKernel::SplitWeights, 4};
+const CombinePlan kSplitWeights1{1};
+const CombinePlan kSplitWeights4{4};
 
 TEST(Fa2CombinePlan, SplitWeightsFixedCases) {
   SKIP_WITHOUT_CUDA_DEVICE();
@@ -85,9 +84,9 @@ TEST(Fa2CombinePlan, SplitWeightsFuzz) {
   }
 }
 
-// NaN semantics on the same inputs as the default kernel: a NaN partial of a split that saw no
-// key (LSE -inf) never reaches the row; a NaN partial of a live split, and a NaN LSE, do.
-TEST(Fa2CombinePlan, SplitWeightsMatchesPerColumnWithNaN) {
+// NaN semantics, both widths on the same inputs: a NaN partial of a split that saw no key (LSE
+// -inf) never reaches the row; a NaN partial of a live split, and a NaN LSE, do.
+TEST(Fa2CombinePlan, SplitWeightsWidthsAgreeWithNaN) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int splits = 40, batch = 2, seqlen = 6, heads = 2, dim = 64;
   std::mt19937_64 rng(7);
@@ -115,8 +114,8 @@ TEST(Fa2CombinePlan, SplitWeightsMatchesPerColumnWithNaN) {
   p.backend = Backend::Fa2;
   p.out = out_default.view();
   p.softmax_lse = lse_default.view();
-  ASSERT_TRUE(combine_on_device_with(p, CombinePlan{}).ok());
-  for (const CombinePlan& plan : {kSplitWeights1, kSplitWeights4}) {
+  ASSERT_TRUE(combine_on_device_with(p, kSplitWeights1).ok());
+  for (const CombinePlan& plan : {kSplitWeights4}) {
     SCOPED_TRACE(plan.vector_width);
     out_new.poison();
     lse_new.poison();

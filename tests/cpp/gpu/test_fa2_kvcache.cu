@@ -49,22 +49,6 @@ std::vector<KvCase> gpu_kv_d256_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheBaseTiles, ::testing::ValuesIn(gpu_kv_d256_cases()), ParamTestName());
 
-// The KV-cache sweep with split-KV partials merged by the split-weights combine kernel (the plan's
-// combine_split_weights; forced only until it has run here).
-class Fa2KvCacheSplitWeights : public ::testing::TestWithParam<KvCase> {};
-
-TEST_P(Fa2KvCacheSplitWeights, MatchesReference) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const gpu_test::Fa2FwdChoice merged = gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
-    fa2::FwdPlan plan = fa2::fwd_plan(call, limits);
-    plan.combine_split_weights = true;
-    return std::optional(plan);
-  });
-  check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::on_device(gpu_test::fa2_kvcache_with(merged)));
-}
-
-INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheSplitWeights, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
-
 // The query heads of each KV head packed into the rows of its tiles for any seqlen_q
 // (FwdPlan::pack_gqa_queries, fa2::fwd_packed_queries_tiles; forced only until it has run here):
 // the KV-cache sweep, and speculative decoding's shapes (speculative_kv_cases, kvcache_case.h).
