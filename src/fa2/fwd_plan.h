@@ -95,7 +95,7 @@ struct FwdPlan {
   bool stage_pages = false;
   // The G = heads_q / heads_k query heads of a KV head packed into the rows of its tiles for any
   // seqlen_q (common/pack_gqa.h, can_pack_gqa_queries), on the kernels of kFwdPackedQueryKernels;
-  // forced plans only until it has run on a GPU (fwd_plan_packing_queries: the rule it would take).
+  // fwd_plan takes it where pack_gqa_queries_pays with plain scores.
   bool pack_gqa_queries = false;
   friend bool operator==(const FwdPlan&, const FwdPlan&) = default;
 };
@@ -142,14 +142,14 @@ inline FwdPlan fwd_base_plan(const AttnProblem& call, const DeviceLimits& limits
   return plan;
 }
 
-// The plan fa2::fwd runs a call with (the call as fa2::fwd receives it) on a device with these
-// limits. Plain scores also take:
+// The plan of a call without packed query heads (fwd_plan packs them where that pays), on a
+// device with these limits. Plain scores also take:
 // - decoding (at most 16 query rows per head after pack-GQA): the 64 x 64 decode tiles at d64,
 //   d128 and d256 (d32 runs the d64 one, d96 the d128 one); d256's needs 165 KB, more than sm80's
 //   and sm86's opt-in, where the base tiles take the call;
 // - d256 at 128 x 64 with 8 warps where the GPU has the 198 KB (sm90; faster than 64 x 32 there,
 //   docs/PERF.md): half the key tiles per row block, twice the keys per barrier.
-inline FwdPlan fwd_plan(const AttnProblem& call, const DeviceLimits& limits) {
+inline FwdPlan fwd_plan_rows(const AttnProblem& call, const DeviceLimits& limits) {
   const FwdPlan base = fwd_base_plan(call, limits);
   if (base.general_score) return base;
   const int64_t dim = fwd_call_head_dim(call);
@@ -235,10 +235,13 @@ inline bool pack_gqa_queries_pays(const AttnProblem& call) {
          packed_query_rows(call) <= 64;
 }
 
-// fwd_plan with query heads packed where that pays: the rule fwd_plan takes once the packed
-// kernels have run on a GPU (until then only tests and benchmarks pass it, as a forced plan).
-inline FwdPlan fwd_plan_packing_queries(const AttnProblem& call, const DeviceLimits& limits) {
-  return pack_gqa_queries_pays(call) ? fwd_packed_queries_tiles(call, limits) : fwd_plan(call, limits);
+// The plan fa2::fwd runs a call with (the call as fa2::fwd receives it): fwd_plan_rows's, with
+// the query heads of a KV head packed into its tiles' rows where that pays and the scores are
+// plain (measured there: about 3x the GB/s at 4 queries, docs/PERF.md; softcap/ALiBi packing
+// runs when forced but was not timed).
+inline FwdPlan fwd_plan(const AttnProblem& call, const DeviceLimits& limits) {
+  return pack_gqa_queries_pays(call) && call.plain_forward_scores() ? fwd_packed_queries_tiles(call, limits)
+                                                                     : fwd_plan_rows(call, limits);
 }
 
 struct SplitInputs {

@@ -43,14 +43,16 @@ FwdPlan packed_tiles(int head_dim, int block_m, int block_n, bool general = fals
 
 const DeviceLimits kDevices[] = {kH200, kA100, kSm86, test::h200_as_sm80_build()};
 
-TEST(Fa2FwdPackQueriesPlan, DefaultPlansNeverPack) {
+TEST(Fa2FwdPackQueriesPlan, DefaultPlansPackWhereItPays) {
   for (int d = 8; d <= 256; d += 8)
     for (int64_t sq : {1, 2, 4, 8, 16, 17})
       for (int64_t heads_k : {32, 8, 2, 1})
         for (const DeviceLimits& device : kDevices) {
           const AttnProblem base = plan_call(d, sq, 3000, 32, heads_k);
           for (const AttnProblem& call : {base, causal(base), with_softcap(base), with_alibi(base), paged(causal(base))}) {
-            EXPECT_FALSE(fwd_plan(call, device).pack_gqa_queries) << test::describe(call);
+            EXPECT_EQ(fwd_plan(call, device).pack_gqa_queries, pack_gqa_queries_pays(call) && call.plain_forward_scores())
+                << test::describe(call);
+            EXPECT_FALSE(fwd_plan_rows(call, device).pack_gqa_queries) << test::describe(call);
             EXPECT_FALSE(fwd_base_plan(call, device).pack_gqa_queries) << test::describe(call);
           }
         }
@@ -118,9 +120,10 @@ TEST(Fa2FwdPackQueriesPlan, PaysForAFewTokensOfGqaInOneDecodeTile) {
   EXPECT_FALSE(pack_gqa_queries_pays(with_dropout(plan_call(128, 4, 8192, 32, 8))));
   for (const DeviceLimits& device : kDevices) {
     const AttnProblem pays = causal(plan_call(128, 4, 8192, 32, 8)), not_pays = causal(plan_call(128, 4, 8192, 8, 8));
-    EXPECT_EQ(fwd_plan_packing_queries(pays, device), fwd_packed_queries_tiles(pays, device));
-    EXPECT_EQ(fwd_plan_packing_queries(not_pays, device), fwd_plan(not_pays, device));
-    EXPECT_EQ(fwd_plan_packing_queries(plan_call(128, 1, 8192, 32, 8), device), fwd_plan(plan_call(128, 1, 8192, 32, 8), device));
+    EXPECT_EQ(fwd_plan(pays, device), fwd_packed_queries_tiles(pays, device));
+    EXPECT_EQ(fwd_plan(not_pays, device), fwd_plan_rows(not_pays, device));
+    EXPECT_EQ(fwd_plan(plan_call(128, 1, 8192, 32, 8), device), fwd_plan_rows(plan_call(128, 1, 8192, 32, 8), device));
+    EXPECT_EQ(fwd_plan(with_softcap(pays), device), fwd_plan_rows(with_softcap(pays), device));  // not timed packed
   }
 }
 
