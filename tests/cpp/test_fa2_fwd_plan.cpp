@@ -16,7 +16,7 @@ namespace flashattn::fa2 {
 std::ostream& operator<<(std::ostream& os, const FwdPlan& p) {
   return os << "{d" << p.head_dim << " " << p.block_m << "x" << p.block_n << " " << p.warps << " warps"
             << (p.dropout ? " dropout" : "") << (p.general_score ? " general" : " plain")
-            << (p.stage_pages ? " staged pages" : "") << "}";
+            << (p.stage_pages ? " staged pages" : "") << (p.pack_gqa_queries ? " packed query heads" : "") << "}";
 }
 
 namespace {
@@ -94,15 +94,17 @@ TEST(Fa2FwdPlan, DecodingTakesTheDecodeTiles) {
         plan_call(d, 1, 8192, 32, 8),             // pack-GQA: 4 rows of each KV head
         plan_call(d, 1, 8192, 32, 2),             // 16 rows
         plan_call(d, 1, 100, 8, 8),               // MHA: one row
-        causal(plan_call(d, 4, 3000, 32, 8)),     // a few query rows (not packed)
+        causal(plan_call(d, 4, 3000, 32, 8)),     // a few query rows
         causal(plan_call(d, 16, 3000, 16, 4)),
         windowed(plan_call(d, 1, 900, 16, 4), 100, 0),  // a left window: not packed, one row
         varlen(plan_call(d, 8, 900, 16, 4)),      // varlen queries of at most 8 rows
     };
+    // The tiles without packed query heads (fwd_plan packs the GQA calls of 2-16 queries on
+    // these same tiles: test_fa2_fwd_pack_queries_plan.cpp).
     for (const AttnProblem& call : calls) {
-      EXPECT_EQ(fwd_plan(call, kH200), on_h200) << test::describe(call);
+      EXPECT_EQ(fwd_plan_rows(call, kH200), on_h200) << test::describe(call);
       for (const DeviceLimits& device : {kA100, kSm86, test::h200_as_sm80_build()})
-        EXPECT_EQ(fwd_plan(call, device), on_sm80) << test::describe(call) << ", sm" << device.arch;
+        EXPECT_EQ(fwd_plan_rows(call, device), on_sm80) << test::describe(call) << ", sm" << device.arch;
     }
   }
 }
