@@ -55,9 +55,7 @@ struct Fp8FwdConfig {
   static constexpr int kVBytes = kBlockN * kHeadDimV;  // one stage, as loaded
   static constexpr int kVtBytes = sm90::kTransposedBytes<kBlockN, kHeadDimV>;  // one stage, transposed
   static constexpr int kPBytes = 0;
-  static constexpr int kOBytes = kBlockM * kHeadDimV * 2;  // 16-bit O for the TMA store
-  // O staged in the last kOBytes of the V stages (see FwdConfig), where they hold it.
-  static constexpr bool kOStagedInV = kOBytes <= kStages * kVBytes && (kStages * kVBytes - kOBytes) % 1024 == 0;
+  static constexpr int kOBytes = kBlockM * kHeadDimV * 2;  // 16-bit O (the shared epilogue's TMA-store branch, unused here)
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes + kVtBytes) + 1024 /*barriers*/ + 1024 /*alignment*/;
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0 && kVtBytes % 1024 == 0,
                 "every tile 1024-byte aligned for the swizzles");

@@ -20,19 +20,15 @@ Status unsupported(const std::string& why) { return Status::error(ErrorCode::Uns
 // The head dim an fp8 call runs at: 64, 128 or 256 (its q/k and v head dims in one class).
 int fp8_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-// pads_at_most and out_is_dense: fa3/fwd_plan.h (the 16-bit forward's rules).
+// pads_at_most: fa3/fwd_plan.h (the 16-bit forward's rule).
 
-Fp8FwdPlan plan_of(const Fp8Tile& t, const AttnProblem& p) {
+Fp8FwdPlan plan_of(const Fp8Tile& t) {
   Fp8FwdPlan plan;
   plan.head_dim = t.head_dim;
   plan.block_m = t.block_m;
   plan.block_n = t.block_n;
   plan.general_score = t.general_score;
   plan.pingpong = t.pingpong;
-  // O by registers: O staged in V's shared memory for TMA stores gave wrong rows on the GPU
-  // (docs/PERF.md), so no fp8 plan stores by TMA.
-  plan.tma_store_o = false;
-  (void)p;
   return plan;
 }
 
@@ -84,7 +80,7 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     // GEMM-bound); masked: 96 keys with ping-pong (128 spills with the interval mask).
     tile = masked ? find_tile(256, 128, 96, false, true) : find_tile(256, 128, 128, false, false);
   }
-  return tile != nullptr ? plan_of(*tile, p) : Fp8FwdPlan{};
+  return tile != nullptr ? plan_of(*tile) : Fp8FwdPlan{};
 }
 
 std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& p) {
@@ -92,32 +88,8 @@ std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& p) {
   const int d = fp8_head_dim(std::max(p.head_dim, p.head_dim_v));
   for (const Fp8Tile& t : kFp8Tiles)
     if (t.head_dim == d && t.general_score == !p.plain_forward_scores() && !(t.no_key_limits && p.mask.limits_keys()))
-      plans.push_back(plan_of(t, p));
+      plans.push_back(plan_of(t));
   return plans;
-}
-
-Status make_fp8_fwd_maps(const AttnProblem& p, int block_m, int block_n, int swizzle_bytes, bool o_by_tma, FwdMaps* maps) {
-  const bool varlen = p.lens.cu_seqlens_q != nullptr;
-  const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
-  if (Status st = map_rows(&maps->q, p.q, p.dtype, p.head_dim, p.heads_q, query_rows, p.batch, uint32_t(block_m), swizzle_bytes);
-      !st.ok())
-    return st;
-  // As make_fwd_maps: a one-row extent for calls without keys (never read), q's base for a null K/V.
-  const int64_t key_rows = std::max<int64_t>(varlen ? p.lens.total_k : p.lens.seqlen_k, 1);
-  RowsView k_view = p.k, v_view = p.v;
-  if (k_view.data == nullptr) k_view.data = p.q.data;
-  if (v_view.data == nullptr) v_view.data = p.q.data;
-  if (Status st = map_rows(&maps->k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, uint32_t(block_n), swizzle_bytes);
-      !st.ok())
-    return st;
-  if (Status st = map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n), swizzle_bytes);
-      !st.ok())
-    return st;
-  maps->o_by_tma = 0;
-  if (o_by_tma && out_is_dense(p) &&
-      map_rows(&maps->o, p.out, p.out_dtype, p.head_dim_v, p.heads_q, query_rows, p.batch, uint32_t(block_m)).ok())
-    maps->o_by_tma = 1;
-  return {};
 }
 
 Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan) {
@@ -130,8 +102,6 @@ Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan
   if (plan.general_score != !p.plain_forward_scores())
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 fp8 fwd: the plan's general_score must say whether the call has softcap, ALiBi or a scale <= 0");
-  if (plan.tma_store_o)
-    return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 fp8 fwd: O is stored from registers (TMA stores of O are off)");
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;
   const SeqlenBounds bounds = seqlen_bounds(p);

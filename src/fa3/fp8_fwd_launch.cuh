@@ -15,15 +15,12 @@
 #include "fa3/fp8_fwd_plan.h"
 #include "fa3/fp8_fwd_tiles.h"
 #include "fa3/fwd_kernel.cuh"
+#include "fa3/fwd_launch.cuh"
 #include "fa3/launch_common.h"
 #include "fa3/tile_order.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
-
-// Tensor maps of an fp8 call: q, k, v with (swizzle_bytes)-element boxes of block_m / block_n
-// rows; O (16-bit) with 64-element boxes when o_by_tma (fp8_fwd_launch.cu).
-Status make_fp8_fwd_maps(const AttnProblem& p, int block_m, int block_n, int swizzle_bytes, bool o_by_tma, FwdMaps* maps);
 
 // The schedule as the 16-bit launch (fwd_launch.cuh) makes it, from the plan's choices: dense
 // unmasked calls on persistent CTAs in the static order; tiles of unequal length on persistent
@@ -34,8 +31,6 @@ Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& p
   if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
   if (Config::kNoKeyLimits && p.mask.limits_keys())
     return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: this tile runs calls without causal or window limits only");
-  if (plan.tma_store_o && !Config::kOStagedInV)
-    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: this tile has no room to stage O for TMA stores");
   const bool uniform = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr && !p.mask.limits_keys();
   const bool dynamic = !uniform && plan.dynamic_schedule;
   FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr, 0};
@@ -45,7 +40,7 @@ Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& p
     grid.section_shift = section_shift_for(p.heads_q * p.batch, fit);
   }
   FwdMaps maps;
-  if (Status st = make_fp8_fwd_maps(p, Config::kBlockM, Config::kBlockN, Config::kQKSwizzle, plan.tma_store_o, &maps); !st.ok())
+  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, /*tma_store_o=*/false, &maps, Config::kQKSwizzle); !st.ok())
     return st;
   auto kernel = fwd_kernel<Config>;
   FLASHATTN_CUDA_CHECK("fa3 fp8 fwd", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));

@@ -24,7 +24,8 @@ struct Fp8FwdPlan {
   // varlen, seqused_k), else a CTA per such tile; with sections of section_mb of K and V.
   bool dynamic_schedule = true;
   int section_mb = 16;
-  bool tma_store_o = false;  // O through shared memory and TMA stores (dense calls only)
+  // O is stored from registers: staging it in V's buffers for TMA stores gave wrong rows on the
+  // GPU (docs/PERF.md, eleventh session).
 };
 
 // The plan fwd_fp8 takes for a call without a forced one (the call must pass check_fp8).

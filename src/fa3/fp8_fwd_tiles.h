@@ -21,10 +21,4 @@ inline constexpr Fp8Tile kFp8Tiles[] = {
 };
 inline constexpr int kFp8TileCount = int(sizeof(kFp8Tiles) / sizeof(kFp8Tiles[0]));
 
-// Whether O fits in the last bytes of the tile's two V stages for its TMA store (Fp8FwdConfig).
-constexpr bool fp8_tile_stages_o(const Fp8Tile& t) {
-  const int o = t.block_m * t.head_dim * 2, v = 2 * t.block_n * t.head_dim;
-  return o <= v && (v - o) % 1024 == 0;
-}
-
 }  // namespace flashattn::fa3

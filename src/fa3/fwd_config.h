@@ -61,7 +61,6 @@ struct FwdConfig {
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kBlockN % 16 == 0, "tile shape");
   static_assert(!kPInSmem || kBlockN % 64 == 0, "P in shared memory: 64-key column blocks");
   static_assert(kOBytes <= kStages * kVBytes && (kStages * kVBytes - kOBytes) % 1024 == 0, "O staged in the V ring");
-  static constexpr bool kOStagedInV = true;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };
 

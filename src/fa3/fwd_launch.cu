@@ -16,10 +16,11 @@ Status unsupported(const std::string& why) { return Status::error(ErrorCode::Uns
 
 }  // namespace
 
-Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, bool tma_store_o, FwdMaps* maps) {
+Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, bool tma_store_o, FwdMaps* maps, int swizzle_bytes) {
   const bool varlen = p.lens.cu_seqlens_q != nullptr;
   const int64_t query_rows = std::max<int64_t>(varlen ? p.lens.total_q : p.lens.seqlen_q, 1);
-  if (Status st = map_rows(&maps->q, p.q, p.dtype, p.head_dim, p.heads_q, query_rows, p.batch, uint32_t(block_m)); !st.ok())
+  if (Status st = map_rows(&maps->q, p.q, p.dtype, p.head_dim, p.heads_q, query_rows, p.batch, uint32_t(block_m), swizzle_bytes);
+      !st.ok())
     return st;
   // cuTensorMapEncodeTiled rejects a zero globalDim (cuda.h: "must be non-zero"). With no keys
   // (seqlen_k = 0) the kernel issues no K/V loads (visible_keys is empty: O = 0, LSE = -inf), so
@@ -29,9 +30,11 @@ Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, bool tma_st
   RowsView k_view = p.k, v_view = p.v;
   if (k_view.data == nullptr) k_view.data = p.q.data;
   if (v_view.data == nullptr) v_view.data = p.q.data;
-  if (Status st = map_rows(&maps->k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, uint32_t(block_n)); !st.ok())
+  if (Status st = map_rows(&maps->k, k_view, p.dtype, p.head_dim, p.heads_k, key_rows, p.batch, uint32_t(block_n), swizzle_bytes);
+      !st.ok())
     return st;
-  if (Status st = map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n)); !st.ok())
+  if (Status st = map_rows(&maps->v, v_view, p.dtype, p.head_dim_v, p.heads_k, key_rows, p.batch, uint32_t(block_n), swizzle_bytes);
+      !st.ok())
     return st;
   // O by TMA stores where the plan takes them (dense calls, FwdPlan::tma_store_o) and the map can
   // be built (the API's alignment rules make it so); else stores from registers.

@@ -17,9 +17,10 @@
 
 namespace flashattn::fa3 {
 
-// Tensor maps of q, k, v for kBlockM-row Q boxes and kBlockN-row K/V boxes, and of out for TMA
-// stores when the plan asks for them and the TMA can address it (fwd_launch.cu).
-Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, bool tma_store_o, FwdMaps* maps);
+// Tensor maps of q, k, v for kBlockM-row Q boxes and kBlockN-row K/V boxes in swizzle_bytes
+// boxes (map_rows; fp8 takes 64 where its tile does), and of out for TMA stores when the plan asks
+// for them and the TMA can address it (fwd_launch.cu).
+Status make_fwd_maps(const AttnProblem& p, int block_m, int block_n, bool tma_store_o, FwdMaps* maps, int swizzle_bytes = 128);
 
 template <typename Config>
 Status launch(const AttnProblem& p, const FwdPlan& plan, cudaStream_t stream) {

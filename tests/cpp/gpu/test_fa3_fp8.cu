@@ -40,7 +40,7 @@ std::string plan_name(const fa3::Fp8FwdPlan* plan) {
   if (plan == nullptr) return "plan fp8_fwd_plan";
   return "plan d" + std::to_string(plan->head_dim) + " " + std::to_string(plan->block_m) + "x" + std::to_string(plan->block_n) +
          (plan->general_score ? " general" : "") + (plan->pingpong ? " pingpong" : "") +
-         (plan->dynamic_schedule ? "" : " cta-per-tile") + (plan->tma_store_o ? " tma-store" : "") +
+         (plan->dynamic_schedule ? "" : " cta-per-tile") +
          " section " + std::to_string(plan->section_mb);
 }
 
@@ -183,10 +183,6 @@ TEST(Fa3Fp8Forward, RefusesWhatItDoesNotCover) {
   }
   fa3::Fp8FwdPlan general{128, 128, 128, true, false};  // the call has plain scores
   EXPECT_EQ(run_with(causal, &general).argument(), "plan");
-  const AttentionRun causal_run(causal);
-  fa3::Fp8FwdPlan tma_store = fa3::fp8_fwd_plans(host_problem(causal_run, causal)).front();
-  tma_store.tma_store_o = true;  // off: staging O in V's buffers gave wrong rows
-  EXPECT_EQ(run_with(causal, &tma_store).argument(), "plan");
 }
 
 // Longer sequences over several key tiles (ring wrap, ragged last tiles around the tile widths),
@@ -263,16 +259,14 @@ std::vector<AttentionCase> persistent_cases() {
 
 class Fa3Fp8ForwardPersistent : public ::testing::TestWithParam<AttentionCase> {};
 
-TEST_P(Fa3Fp8ForwardPersistent, SchedulesAndStoresMatchReference) {
+TEST_P(Fa3Fp8ForwardPersistent, SchedulesMatchReference) {
   SKIP_WITHOUT_SM90();
   const AttentionCase& c = GetParam();
   AttentionRun run(c);
   for (fa3::Fp8FwdPlan plan : fa3::fp8_fwd_plans(host_problem(run, c))) {
-    const bool can_tma_store = plan.tma_store_o;
-    for (auto [dynamic, section_mb, tma_store] : {std::tuple{true, 16, true}, std::tuple{true, 1, false}, std::tuple{false, 0, true}}) {
+    for (auto [dynamic, section_mb] : {std::pair{true, 16}, std::pair{true, 1}, std::pair{false, 0}}) {
       plan.dynamic_schedule = dynamic;
       plan.section_mb = section_mb;
-      plan.tma_store_o = tma_store && can_tma_store;
       expect_fp8_matches(run, c, &plan);
     }
   }
