@@ -56,22 +56,13 @@ __device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows
 }
 
 // f(step, g, h, m) for every step of the block in order: query head h (= g of the kv head's GQA
-// group, outer), row block m (inner). kFlat: one loop over the steps, h and m formed from the step by a
-// division (the 24-register producer warpgroup: cheaper than holding both loops' bounds).
-template <bool kFlat, typename F>
+// group, outer), row block m (inner).
+template <typename F>
 __device__ __forceinline__ void bwd_for_each_step(const BwdBlock& blk, F&& f) {
-  if constexpr (kFlat) {
-    const int row_blocks = blk.m_end - blk.m_begin, steps = blk.steps();
-    for (int step = 0; step < steps; ++step) {
-      const int g = step / row_blocks;
-      f(uint32_t(step), g, blk.hk * blk.heads_per_group + g, blk.m_begin + step - g * row_blocks);
-    }
-  } else {
-    uint32_t step = 0;
-    for (int g = 0; g < blk.heads_per_group; ++g) {
-      const int h = blk.hk * blk.heads_per_group + g;
-      for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) f(step, g, h, m);
-    }
+  uint32_t step = 0;
+  for (int g = 0; g < blk.heads_per_group; ++g) {
+    const int h = blk.hk * blk.heads_per_group + g;
+    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) f(step, g, h, m);
   }
 }
 

@@ -46,13 +46,9 @@ __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const Bwd
     }
     __syncwarp();
   };
-  if constexpr (Config::kProducerRegisters < 32) {  // (24 registers: bwd_for_each_step)
-    bwd_for_each_step<true>(blk, [&](uint32_t, int, int h, int m) { order_step(int64_t(blk.b) * p.heads_q + h, m); });
-  } else {
-    for (int g = 0; g < blk.heads_per_group; ++g) {
-      const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
-      for (int m = blk.m_begin; m < blk.m_end; ++m) order_step(bh, m);
-    }
+  for (int g = 0; g < blk.heads_per_group; ++g) {
+    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
+    for (int m = blk.m_begin; m < blk.m_end; ++m) order_step(bh, m);
   }
 }
 

@@ -32,11 +32,6 @@ struct BwdSmem {
   __device__ __forceinline__ void* at(int offset) const { return base + offset; }
 };
 
-// A Q or dO tile's load (every CTA of the kv head reads it).
-template <typename Config>
-__device__ __forceinline__ void bwd_load_rows(void* smem, const CUtensorMap* map, int col, int h, int row, int batch, uint64_t* bar) {
-  sm90::tma_load_4d(smem, map, col, h, row, batch, bar);
-}
 
 template <typename Config>
 __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
@@ -56,20 +51,20 @@ __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& 
                       sm.kv_full());
   }
   // (the row statistics' addresses are formed per step, not held per head)
-  bwd_for_each_step<(Config::kProducerRegisters < 32)>(blk, [&](uint32_t step, int, int h, int m) {
+  bwd_for_each_step(blk, [&](uint32_t step, int, int h, int m) {
     const State st = State::at(step);
     const int row0 = m * kBlockM;
     const int64_t rows = (int64_t(blk.b) * p.heads_q + h) * args.rows_padded + row0;
     uint64_t* q_full = &sm.q_ring()->full[st.stage];
     sm.q_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
     for (int c = 0; c < kColumnBlocks; ++c)
-      bwd_load_rows<Config>(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
+      sm90::tma_load_4d(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
                             q_first + row0, batch_coord, q_full);
     sm90::bulk_load(sm.lse(st.stage), args.lse_log2 + rows, Config::kRowBytes, q_full);
     uint64_t* do_full = &sm.do_ring()->full[st.stage];
     sm.do_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
     for (int c = 0; c < kColumnBlocks; ++c)
-      bwd_load_rows<Config>(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
+      sm90::tma_load_4d(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
                             q_first + row0, batch_coord, do_full);
     sm90::bulk_load(sm.delta(st.stage), args.delta + rows, Config::kRowBytes, do_full);
   });
