@@ -26,6 +26,15 @@ Status skipped_plan(const Status& why) {
   return Status::error(ErrorCode::Unsupported, "plan", "the forced plan does not run this call: " + why.message());
 }
 
+// The flags' FA2 forward plan for a call (from the plan the library picks), checked on this device.
+Status flagged_fa2_fwd_plan(const PlanFlags& flags, const AttnProblem& problem, fa2::FwdPlan* plan) {
+  fa2::DeviceLimits limits;
+  if (Status st = fa2::device_limits(&limits, "bench: reading the device"); !st.ok()) return st;
+  *plan = apply_plan_flags(flags, fa2::fwd_plan(problem, limits), fa2::fwd_base_plan(problem, limits));
+  if (Status st = fa2::check_fwd_plan(*plan, problem, limits); !st.ok()) return skipped_plan(st);
+  return {};
+}
+
 // fp8 inputs on the FA3 backend: the fp8 kernels with fp8_fwd_plan's choice, through the backend
 // entry (the public API refuses them until fa3::kFp8FwdEnabled).
 Status fp8_fwd(const FwdParams& params, std::function<Status()>* call) {
@@ -44,10 +53,8 @@ Status forced_fwd(const FwdParams& params, const RunSettings& settings, std::fun
   if (Status st = api::make_fwd_problem(params, &problem); !st.ok()) return st;
   void* stream = params.stream;
   if (!settings.fa2_fwd_plan.empty()) {
-    fa2::DeviceLimits limits;
-    if (Status st = fa2::device_limits(&limits, "bench: reading the device"); !st.ok()) return st;
-    const fa2::FwdPlan plan = apply_plan_flags(settings.fa2_fwd_plan, fa2::fwd_plan(problem, limits), fa2::fwd_base_plan(problem, limits));
-    if (Status st = fa2::check_fwd_plan(plan, problem, limits); !st.ok()) return skipped_plan(st);
+    fa2::FwdPlan plan;
+    if (Status st = flagged_fa2_fwd_plan(settings.fa2_fwd_plan, problem, &plan); !st.ok()) return st;
     *call = [problem, plan, stream] { return fa2::fwd(problem, stream, &plan); };
   } else {
     const fa3::FwdPlan plan = apply_plan_flags(settings.fa3_fwd_plan, fa3::fwd_plan(problem));
@@ -175,11 +182,8 @@ class CudaRunner final : public Runner {
     if (!settings_.fa2_fwd_plan.empty()) {
       KvCacheProblem problem;
       if (!(st = api::make_kvcache_problem(params, &problem)).ok()) return st;
-      fa2::DeviceLimits limits;
-      if (!(st = fa2::device_limits(&limits, "bench: reading the device")).ok()) return st;
-      const fa2::FwdPlan plan = apply_plan_flags(settings_.fa2_fwd_plan, fa2::fwd_plan(problem.attn, limits),
-                                                 fa2::fwd_base_plan(problem.attn, limits));
-      if (!(st = fa2::check_fwd_plan(plan, problem.attn, limits)).ok()) return skipped_plan(st);
+      fa2::FwdPlan plan;
+      if (!(st = flagged_fa2_fwd_plan(settings_.fa2_fwd_plan, problem.attn, &plan)).ok()) return st;
       call = [problem, plan, stream = stream_] { return fa2::fwd_kvcache(problem, stream, &plan); };
     }
     // With append, every call writes the same k_new/v_new at the same positions: cache_seqlens
