@@ -22,9 +22,9 @@ corner; ``window_size=(left, right)`` with -1 = unbounded; softmax_lse float32
 FP8: q, k, v of dtype ``torch.float8_e4m3fn`` with optional float32 ``(batch, nheads_k)``
 ``q_descale``/``k_descale``/``v_descale`` (the attention of ``q * q_descale`` etc.; query head ``h``
 uses ``q_descale[:, h // (nheads // nheads_k)]``) give a bfloat16 ``out``, forward only (inputs that
-require grad raise ``UnsupportedError``). ``flashattn.quantize_fp8`` makes such inputs. They run on
-the CPU backend; the FA3 fp8 kernels are built but not yet validated on a GPU (CUDA fp8 tensors raise
-``UnsupportedError``).
+require grad raise ``UnsupportedError``). ``flashattn.quantize_fp8`` makes such inputs. CUDA fp8
+tensors run on the FA3 fp8 forward of an sm90 GPU (H100, H200); CPU tensors on the CPU backend,
+which alone also takes an fp8 KV cache.
 
 Arguments whose feature this library has not built raise ``flashattn.UnsupportedError`` (a
 ``ValueError`` and ``NotImplementedError``, also a ``RuntimeError``) naming the argument: ``qv``,

@@ -75,14 +75,24 @@ Status kernels_not_built(Target target) {
                                     target_name(target) + " was chosen for these CUDA tensors)");
 }
 
-// fp8 inputs on a GPU backend: FA2 has no fp8 kernels (as in FlashAttention-2), and FA3's are built
-// but not yet validated on a GPU (fa3::kFp8FwdEnabled), so no CUDA kernel may see them until then.
-// Enabled, Fa3 takes them (fa3::check covers fp8, so Auto picks Fa3 on sm90).
-Status check_fp8_target(Target target, DType dtype) {
+// fp8 inputs on a GPU backend: FA2 has no fp8 kernels (as in FlashAttention-2); FA3's fp8 forward
+// (sm90) takes them once validated on a GPU (fa3::kFp8FwdEnabled), without a KV cache: until then
+// no CUDA kernel may see them. fa3::check names what else the fp8 forward does not cover.
+Status check_fp8_target(Target target, DType dtype, bool kvcache) {
   if (target == Target::Cpu || dtype != DType::F8E4M3) return {};
 #if defined(FLASHATTN_WITH_CUDA)
-  if (fa3::kFp8FwdEnabled && target == Target::Fa3) return {};
+  if (fa3::kFp8FwdEnabled) {
+    if (kvcache)
+      return unsupported("q", std::string("float8_e4m3fn with a KV cache runs on the CPU backend only: the GPU's fp8 forward "
+                                          "has no KV-cache kernel (") +
+                                  target_name(target) + " was chosen for these CUDA tensors)");
+    if (target == Target::Fa3) return {};
+    return unsupported("q", std::string("float8_e4m3fn inputs on a GPU run on the FA3 fp8 forward of an sm90 GPU (H100, "
+                                        "H200); FA2 has no fp8 kernels (") +
+                                target_name(target) + " was chosen for these CUDA tensors)");
+  }
 #endif
+  (void)kvcache;
   return unsupported("q", std::string("float8_e4m3fn inputs run on the CPU backend only: the FA3 fp8 kernels are "
                                       "built but not yet validated on a GPU (") +
                               target_name(target) + " was chosen for these CUDA tensors)");
@@ -93,8 +103,10 @@ Status check_fp8_target(Target target, DType dtype) {
 Target auto_forward_target(Target chosen, [[maybe_unused]] const TensorView& placement,
                            [[maybe_unused]] const AttnProblem& problem) {
 #if defined(FLASHATTN_WITH_CUDA)
-  if (chosen == Target::Fa2 && device_info(placement.device_index).sm_major == 9 && fa3::check(problem).ok())
-    return Target::Fa3;
+  if (chosen == Target::Fa2 && device_info(placement.device_index).sm_major == 9) {
+    // fp8 runs on FA3 alone: a call its fp8 forward does not cover gets fa3::check's reason.
+    if (fa3::check(problem).ok() || (fa3::kFp8FwdEnabled && problem.dtype == DType::F8E4M3)) return Target::Fa3;
+  }
 #endif
   return chosen;
 }
@@ -191,7 +203,7 @@ Status fwd(const FwdParams& params) {
     Target target{};
     FA_CHECK(choose_target(params.backend, params.q, "q", &target));
     if (params.backend == Backend::Auto) target = auto_forward_target(target, params.q, problem);
-    FA_CHECK(check_fp8_target(target, problem.dtype));
+    FA_CHECK(check_fp8_target(target, problem.dtype, false));
     if (params.out.numel() == 0) return {};  // no query rows: nothing to write
     return run_fwd(target, problem, params.stream);
   });
@@ -216,7 +228,7 @@ Status fwd_kvcache(const KvCacheParams& params) {
     FA_CHECK(api::make_kvcache_problem(params, &problem));
     Target target{};
     FA_CHECK(choose_target(params.backend, params.q, "q", &target));
-    FA_CHECK(check_fp8_target(target, problem.attn.dtype));
+    FA_CHECK(check_fp8_target(target, problem.attn.dtype, true));
     // Appending keys is work even without query rows.
     if (params.out.numel() == 0 && params.k_new.numel() == 0) return {};
     return run_fwd_kvcache(target, problem, params.stream);

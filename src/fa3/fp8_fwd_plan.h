@@ -12,7 +12,7 @@ namespace flashattn::fa3 {
 // through the public API on a GPU are refused as before (fa3::check, api/entry.cpp), and only
 // fa3::fwd_fp8 with a forced plan runs the kernels. On: fa3::check covers fp8, Backend::Auto and
 // Backend::Fa3 take fp8 inputs to fa3::fwd_fp8 with fp8_fwd_plan's choice.
-inline constexpr bool kFp8FwdEnabled = false;
+inline constexpr bool kFp8FwdEnabled = true;
 
 struct Fp8FwdPlan {
   int head_dim = 0;            // the kernel's: 64, 128 or 256 (q, k and v in one class)

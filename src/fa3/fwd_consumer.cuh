@@ -95,9 +95,16 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       if constexpr (Config::kFp8) return qk_descale_of(p, b, h);
       else return 1.f;
     }();
+    // Plain scores take the row max of the raw scores, right only for a scale >= 0: a negative
+    // descale product makes the tile's outputs NaN rather than wrong (the general-score logit
+    // stage scales first and takes any sign).
     const float tile_scale_log2 = [&] {
-      if constexpr (Config::kFp8) return Config::kGeneralScore ? kLog2e : p.score.scale * qk_descale * kLog2e;
-      else return scale_log2;
+      if constexpr (Config::kFp8) {
+        const float c = p.score.scale * qk_descale * kLog2e;
+        return Config::kGeneralScore ? kLog2e : c >= 0.f ? c : NAN;
+      } else {
+        return scale_log2;
+      }
     }();
 
     float o[kORegs];

@@ -92,16 +92,10 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
           *reinterpret_cast<uint32_t*>(out_row + col) = sm80::pack2<Element>(o[i + 2 * r] * inv[r], o[i + 2 * r + 1] * inv[r]);
       }
     }
-    // The running max is in the score units of the softmax (see fwd_softmax.cuh): times the
-    // scale folded into exp2 (scale_log2 / log2(e), read here rather than kept in a register),
-    // it is a natural-log logit.
-    // fp8: the scale was times q_descale k_descale, and the row sum carries P's 2^kPShift.
-    float max_scale = Config::kGeneralScore ? 1.f : p.score.scale;
-    if constexpr (Config::kFp8 && !Config::kGeneralScore) max_scale *= qk_descale_of(p, b_out, h_out);
-    constexpr float kShiftLn = float(Config::kPShift) * 0.6931471805599453f;
+    // The running max is in exp2 units (fwd_softmax.cuh); the row sum carries fp8's 2^kPShift.
+    constexpr float kLn2 = 0.6931471805599453f;
     if (at.quad == 0 && p.lse.defined())
-      p.lse.data[p.lse.offset(b_out, row, h_out)] =
-          empty[r] ? -INFINITY : row_max[r] * max_scale + (Config::kPShift != 0 ? logf(row_sum[r]) - kShiftLn : logf(row_sum[r]));
+      p.lse.data[p.lse.offset(b_out, row, h_out)] = empty[r] ? -INFINITY : (row_max[r] - float(Config::kPShift)) * kLn2 + logf(row_sum[r]);
   }
 }
 

@@ -2,10 +2,13 @@
 // Accumulator register 4i + e of a thread holds row `group + 8 (e / 2)` of its warp's 16 rows and
 // key `8i + 2 quad + e % 2` of the tile (group = lane / 4, quad = lane % 4); a quad shares each row.
 //
-// Units: the running max is kept in the units the scores are in after the logit stage. Plain scores
-// (AttnProblem::plain_forward_scores: no softcap, no ALiBi, scale > 0) stay raw and the softmax
-// scale is folded into the exp2 argument, one FFMA per element: p = exp2(s * scale_log2 - max *
-// scale_log2). Otherwise the logit stage produces natural-log logits and scale_log2 = log2(e).
+// Units: plain scores (AttnProblem::plain_forward_scores: no softcap, no ALiBi, scale > 0) stay raw
+// and the softmax scale is folded into the exp2 argument, one FFMA per element: p = exp2(s *
+// scale_log2 - max). Otherwise the logit stage produces natural-log logits and scale_log2 =
+// log2(e). The running max is kept in exp2 units (a score's max times scale_log2, rounded once),
+// so that a max that does not move rescales by exactly 1: kept raw and scaled per tile, the
+// factor was exp2 of the rounding error of max * scale_log2 (contracted into an FMA), up to
+// 2^(1/8) per tile for logits of 10^6 (fp8 with large descales), compounding over the tiles.
 #pragma once
 
 #include <cmath>
@@ -87,9 +90,10 @@ __device__ __forceinline__ void mask_keys_past_end(float (&s)[kRegs], Accumulato
   for (int r = 0; r < 2; ++r) mask_row_outside(s, r, at.quad, 0, sk - key0);
 }
 
-// Online softmax update for one tile: new running max per row, the factor that rescales the
-// running sum and O, and s replaced by exp2(s * scale_log2 - max * scale_log2 + kPShift)
-// (unnormalised P, times 2^kPShift: fp8's P keeps its small weights in e4m3's normal range).
+// Online softmax update for one tile: new running max per row (exp2 units, see the top), the
+// factor that rescales the running sum and O, and s replaced by exp2(s * scale_log2 - max +
+// kPShift) (unnormalised P, times 2^kPShift: fp8's P keeps its small weights in e4m3's normal
+// range). scale_log2 >= 0 (or NaN: every output NaN).
 template <int kPShift = 0, int kRegs>
 __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
@@ -101,12 +105,14 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
       if ((i % 4) / 2 == r) tile_max = sm80::max_nan(tile_max, s[i]);
     tile_max = sm80::max_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = sm80::max_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float new_max = sm80::max_nan(row_max[r], tile_max);  // NaN in, NaN out (not a row that saw nothing)
+    // (-inf stays -inf also when scale_log2 is 0.)
+    const float tile_max_scaled = tile_max == -INFINITY ? -INFINITY : tile_max * scale_log2;
+    const float new_max = sm80::max_nan(row_max[r], tile_max_scaled);  // NaN in, NaN out (not a row that saw nothing)
     // A row with nothing visible yet keeps max -inf; subtracting 0 keeps its exponentials at 0.
-    const float max_scaled = new_max == -INFINITY ? 0.f : new_max * scale_log2;
-    rescale[r] = sm80::fast_exp2(row_max[r] * scale_log2 - max_scaled);
+    const float max_used = new_max == -INFINITY ? 0.f : new_max;
+    rescale[r] = sm80::fast_exp2(row_max[r] - max_used);
     row_max[r] = new_max;
-    const float offset = kPShift != 0 ? max_scaled - float(kPShift) : max_scaled;
+    const float offset = kPShift != 0 ? max_used - float(kPShift) : max_used;
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i)

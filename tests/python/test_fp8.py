@@ -320,3 +320,58 @@ def test_opcheck_fp8_forward():
     torch.library.opcheck(torch.ops.flashattn.fwd.default,
                           (q8, k8, v8, None, None, None, 0, 0, 0.25, True, -1, -1, 0.0, None, 0.0, 1, None, qd, kd,
                            vd), test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA tensors: the FA3 fp8 forward (sm90). Skipped elsewhere.
+# ---------------------------------------------------------------------------------------------
+HAS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+needs_sm90 = pytest.mark.skipif(not HAS_SM90, reason="the fp8 kernels need an sm90 GPU (H100/H200)")
+
+
+@needs_sm90
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_fp8_against_bf16_attention_and_the_cpu_backend(head_dim, causal):
+    """On the GPU the kernels round P to e4m3 too: against bf16 attention over the dequantised
+    inputs within FA3's bound (relative 0.025), and close to the CPU backend's fp8 result (which
+    does not round P) by the same bound."""
+    g = torch.Generator().manual_seed(head_dim + causal)
+    q, k, v = (torch.randn((2, 777, heads, head_dim), generator=g).bfloat16() for heads in (8, 2, 2))
+    q8, qd = flashattn.quantize_fp8(q, heads_k=2)
+    k8, kd = flashattn.quantize_fp8(k)
+    v8, vd = flashattn.quantize_fp8(v)
+    args = dict(causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    out = fa3.flash_attn_func(*(x.cuda() for x in (q8, k8, v8)), **{n: (x.cuda() if torch.is_tensor(x) else x)
+                                                                  for n, x in args.items()})
+    assert out.dtype == torch.bfloat16 and out.is_cuda and torch.isfinite(out).all()
+    ref = fa3.flash_attn_func(*(dequantised(x, d, grp).bfloat16().cuda() for x, d, grp in ((q8, qd, 4), (k8, kd, 1),
+                                                                                         (v8, vd, 1))), causal=causal)
+    cpu = fa3.flash_attn_func(q8, k8, v8, **args)
+    for what, base in (("bf16 attention", ref.float().cpu()), ("cpu fp8", cpu.float())):
+        relative = ((out.float().cpu() - base).norm() / base.norm()).item()
+        assert relative < 0.025, (what, relative)
+
+
+@needs_sm90
+def test_cuda_fp8_varlen_lse_and_the_errors_that_name_their_argument():
+    g = torch.Generator().manual_seed(11)
+    lens = [300, 1, 517]
+    cu = torch.tensor([0, 300, 301, 818], dtype=torch.int32)
+    total, heads, heads_k, d = 818, 4, 2, 128
+    q8, qd = flashattn.quantize_fp8(torch.randn((total, heads, d), generator=g), heads_k=heads_k, cu_seqlens=cu)
+    k8, kd = flashattn.quantize_fp8(torch.randn((total, heads_k, d), generator=g), cu_seqlens=cu)
+    v8, vd = flashattn.quantize_fp8(torch.randn((total, heads_k, d), generator=g), cu_seqlens=cu)
+    dev = [x.cuda() for x in (q8, k8, v8, cu, qd, kd, vd)]
+    out, lse = fa3.flash_attn_varlen_func(dev[0], dev[1], dev[2], dev[3], dev[3], max(lens), max(lens), causal=True,
+                                          q_descale=dev[4], k_descale=dev[5], v_descale=dev[6], return_attn_probs=True)
+    cpu_out, cpu_lse = fa3.flash_attn_varlen_func(q8, k8, v8, cu, cu, max(lens), max(lens), causal=True, q_descale=qd,
+                                                  k_descale=kd, v_descale=vd, return_attn_probs=True)
+    relative = ((out.float().cpu() - cpu_out.float()).norm() / cpu_out.float().norm()).item()
+    assert relative < 0.025, relative
+    torch.testing.assert_close(lse.cpu(), cpu_lse, atol=0.05, rtol=0)
+    # A KV cache in fp8 runs on the CPU backend only; said by name.
+    cache = torch.zeros((2, 64, heads_k, d), dtype=torch.float32).to(FP8).cuda()
+    with pytest.raises(flashattn.UnsupportedError, match="'q'.*KV cache"):
+        fa3.flash_attn_with_kvcache(dev[0][:2, None], cache, cache, cache_seqlens=torch.tensor([5, 9], dtype=torch.int32,
+                                                                                                  device="cuda"))

@@ -96,3 +96,17 @@ fa3_bwd_sanitize_filter() {
   for i in 9 28 41 48; do f+="Sweep/Fa3Backward.MatchesReference/${i}_*:"; done
   echo "${f}Sweep/Fa3Backward.DeterministicMatchesReference/34_*"
 }
+
+# fa_install_python LOGFILE: installs the package with its CUDA backends into the machine's python3
+# (FA_PYTHON), as the README's GPU recipe does: /usr/bin/g++ where it exists (a toolchain that links
+# libstdc++ statically made the extension crash, issue 18), sm_90a unless FA_GPU_GENCODE says
+# otherwise, every core. One build directory for every tool (python.sh, distributed.sh), so a
+# second install in the same tree rebuilds nothing.
+fa_install_python() {
+  local log="$1" python="${FA_PYTHON:-python3}" cxx=()
+  local gencode="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
+  [[ -x /usr/bin/g++ ]] && cxx=(CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++)
+  env "${cxx[@]}" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$python" -m pip install -v --no-build-isolation --no-deps \
+    --disable-pip-version-check -C "cmake.define.FLASHATTN_CUDA_GENCODE=$gencode" \
+    -C build-dir="$FA_ROOT/build-python-gpu" "$FA_ROOT" >"$log" 2>&1
+}

@@ -10,7 +10,7 @@
 # Writes into LOGDIR: nvidia-smi.txt, build.log, pytest.log, summary.txt (and ring_bench.txt/.json).
 # Exit status: 0 when the package built and every test passed.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 
 logdir="${1:?usage: tools/gpu/distributed.sh LOGDIR}"
 mkdir -p "$logdir"
@@ -24,11 +24,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 
 { date -u; nvidia-smi || echo "nvidia-smi failed"; nvidia-smi topo -m || true; } >"$logdir/nvidia-smi.txt" 2>&1
 fa_setup_path
-gencode="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 start=$SECONDS
-if ! CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++ python3 -m pip install --no-build-isolation --no-deps \
-    -C "cmake.define.FLASHATTN_CUDA_GENCODE=$gencode" -C build-dir="$FA_ROOT/build/python-gpu" "$FA_ROOT" \
-    >"$logdir/build.log" 2>&1; then
+if ! fa_install_python "$logdir/build.log"; then
   note "build: FAILED after $((SECONDS - start)) s (see build.log)"
   exit 1
 fi

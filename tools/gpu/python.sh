@@ -13,11 +13,8 @@ mkdir -p "$logdir"
 logdir="$(cd "$logdir" && pwd)"
 fa_setup_path
 python="${FA_PYTHON:-python3}"
-gencode="${FA_GPU_GENCODE:--gencode=arch=compute_90a,code=sm_90a}"
 start=$SECONDS
-if ! "$python" -m pip install -v --no-build-isolation --no-deps --disable-pip-version-check \
-    -C "cmake.define.FLASHATTN_CUDA_GENCODE=$gencode" -C build-dir="$FA_ROOT/build-python-gpu" "$FA_ROOT" \
-    >"$logdir/install.log" 2>&1; then
+if ! fa_install_python "$logdir/install.log"; then
   echo "install: FAILED (see install.log)" | tee "$logdir/summary.txt"
   tail -n 30 "$logdir/install.log"
   exit 1

@@ -133,7 +133,7 @@ TEST_P(Fa3Fp8Forward, EveryPlanMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Fp8Forward, ::testing::ValuesIn(fa3_fp8_sweep()), ParamTestName());
 
 // Until the kernels are switched on, the public API refuses fp8 on the GPU by name, before any
-// kernel runs (out stays poisoned); switched on, it runs them (Auto and Fa3 alike).
+// kernel runs (out stays poisoned); switched on, it runs them (Auto and Fa3 alike) and refuses FA2.
 TEST(Fa3Fp8Forward, PublicApiRefusesUntilEnabled) {
   SKIP_WITHOUT_SM90();
   const AttentionCase c = fp8_sweep().front();
@@ -151,6 +151,14 @@ TEST(Fa3Fp8Forward, PublicApiRefusesUntilEnabled) {
       expect_within(f.out, 2.0, rounding_floor(c.out_dtype(), f.out.reference_max), "out");
       expect_within(f.lse, 2.0, rounding_floor(DType::F32, f.lse.reference_max) * 8, "lse");
     }
+  }
+  if (fa3::kFp8FwdEnabled) {  // FA2 forced: no fp8 kernels, said by name
+    AttentionRun run(c);
+    HostTensor out(c.out_dtype(), run.q.shape());
+    const Status st = gpu_test::fwd_on_device(run.fwd_params(out.view(), {}, Backend::Fa2));
+    EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
+    EXPECT_EQ(st.argument(), "q") << st.message();
+    EXPECT_NE(st.message().find("FA2 has no fp8 kernels"), std::string::npos) << st.message();
   }
 }
 
@@ -274,35 +282,35 @@ TEST_P(Fa3Fp8ForwardPersistent, SchedulesMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3Fp8ForwardPersistent, ::testing::ValuesIn(persistent_cases()), ParamTestName());
 
-// Extreme inputs: every element at e4m3's largest magnitude (+-448) with large and small
+// Extreme inputs, at each head dim: every element at e4m3's largest magnitude (+-448) with large and small
 // descales, a large softmax scale (a few keys take all the weight), and all-equal scores (uniform
 // weights over many keys): finite outputs, within the rule and the bound.
 TEST(Fa3Fp8ForwardExtremes, FiniteAndWithinTolerance) {
   SKIP_WITHOUT_SM90();
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 12; ++variant) {
     AttentionCase c;
     c.dtype = DType::F8E4M3;
     c.batch = 2;
     c.heads_q = 4;
     c.heads_k = 2;
-    c.head_dim = 128;
+    c.head_dim = 64 << (variant / 4);
     c.seqlen_q = 200;
     c.seqlen_k = 1100;
     c.causal = variant % 2 == 1;
     c.seed = uint64_t(801 + variant);
-    if (variant == 2) c.softmax_scale = 40.f;
+    if (variant % 4 == 2) c.softmax_scale = 40.f;
     AttentionRun run(c);
     std::mt19937_64 rng(c.seed);
     for (HostTensor* t : {&run.q, &run.k, &run.v})
       for (int64_t i = 0; i < t->numel(); ++i) {
-        const bool negative = variant == 3 ? false : (rng() & 1) != 0;  // variant 3: all scores equal
+        const bool negative = variant % 4 == 3 ? false : (rng() & 1) != 0;  // variant 3: all scores equal
         t->set(i, negative ? -448.f : 448.f);
       }
-    const float q_scale = variant == 0 ? 4.f : 1e-3f;
+    const float q_scale = variant % 4 == 0 ? 4.f : 1e-3f;
     for (int64_t i = 0; i < run.q_descale.numel(); ++i) {
       run.q_descale.set(i, q_scale * (1.f + 0.1f * float(i)));
       run.k_descale.set(i, 1.f / (1.f + float(i)));
-      run.v_descale.set(i, variant == 0 ? 8.f : 1e-2f);
+      run.v_descale.set(i, variant % 4 == 0 ? 8.f : 1e-2f);
     }
     SCOPED_TRACE("variant " + std::to_string(variant) + ": " + c.name());
     for (const fa3::Fp8FwdPlan& plan : fa3::fp8_fwd_plans(host_problem(run, c))) {
