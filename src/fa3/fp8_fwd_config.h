@@ -28,8 +28,11 @@ struct Fp8FwdConfig {
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kConsumers = kConsumers_;
   // setmaxnreg split (as FwdConfig): the transposing warps live within the producer's share.
-  static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
-  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  // Two consumers: 40 + 2 x 232 where the consumers fit in 232 (d <= 128), so that the
+  // transposing warps can batch their loads (kTransposeBatch); d256's consumers need 240.
+  static constexpr bool kWideProducer = kConsumers == 2 && kHeadDim_ <= 128;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kWideProducer ? 40 : 24;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kWideProducer ? 232 : 240;
   static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
   static constexpr bool kGeneralScore = kGeneralScore_;
   // One head dim for q, k and v: 64, 128 or 256 (a call's smaller one runs in the next, the TMA
@@ -46,6 +49,8 @@ struct Fp8FwdConfig {
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Warps 1..3 of the producer warpgroup transpose V (warp 0's first thread issues the loads).
   static constexpr int kTransposeWarps = 3;
+  // 16 x 32 units per step of each transposing warp (transpose_fp8.cuh): two need more than 24 registers.
+  static constexpr int kTransposeBatch = kProducerRegisters > 24 ? 2 : 1;
   // P = exp2(logit - max + kPShift): the row's largest weight is 2^8, not 1, so the small
   // weights stay in e4m3's normal range (2^-6 and up); the row sum carries the same factor and
   // the LSE takes it out.

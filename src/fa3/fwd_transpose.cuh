@@ -26,7 +26,7 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdSmem<Config>& sm, int w
     if (keys < 0) break;  // no tile left
     // The consumers' P V of this Vt stage's previous use is done.
     sm90::mbarrier_wait(&sm.pipeline_vt->empty[st.stage], st.phase ^ 1u);
-    sm90::transpose_e4m3_to_kmajor<Config::kBlockN, Config::kHeadDimV, Config::kVSwizzle>(
+    sm90::transpose_e4m3_to_kmajor<Config::kBlockN, Config::kHeadDimV, Config::kVSwizzle, Config::kTransposeBatch>(
         sm90::opaque_u32(v_addr + uint32_t(st.stage * Config::kVBytes)), sm90::opaque_u32(vt_addr + uint32_t(st.stage * Config::kVtBytes)),
         keys, worker, Config::kTransposeWarps, lane);
     // The stores, before the consumers' wgmma (async proxy) reads them; then one arrival per warp

@@ -18,7 +18,8 @@
 # NEXT_DECODE_SHAPES="b,sq,sk,h,d,hk:dense|PAGE ..." times those shapes instead of the decode grid;
 # NEXT_BENCH="fa3 fa3-fwd fa3-det fp8" picks the bench step's runs (default: fa3 fa3-det fp8),
 # NEXT_FA3_GRIDS="peers fp8" FlashAttention-3's; NEXT_GATED, NEXT_DEFAULTS the test groups' gtest
-# filters; NEXT_SANITIZE_CASES="FILTER ..." the sanitizers' cases.
+# filters; NEXT_SANITIZE_CASES="FILTER ..." the sanitizers' cases; NEXT_FP8_BINARIES="NAME ..." fp8
+# rows of experiment builds carried as build-gpu/bench/flashattn_bench_NAME.
 # (default: all); NEXT_DEADLINE (s) skips the steps that would start after it; TESTS_TIMEOUT per group.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
@@ -96,6 +97,10 @@ if step bench; then
     b "bwd-${v//+/_}" --backend fa3 --grid peers --direction bwd --fa3-bwd-variant "$v"
   done
   [[ "$benches" == *" fp8 "* ]] && b fp8 --backend fa3 --grid peers --direction fwd --dtype e4m3
+  # Experiment builds carried beside the default one (build-gpu/bench/flashattn_bench_NAME): fp8 rows.
+  for name in ${NEXT_FP8_BINARIES:-}; do
+    (bench_bin="$FA_GPU_BUILD/bench/flashattn_bench_$name" && b "fp8-$name" --backend fa3 --grid peers --direction fwd --dtype e4m3)
+  done
 fi
 if step decode; then
   wait_python
@@ -146,6 +151,6 @@ wait_python
 [[ -n "$anchor_pid" ]] && wait "$anchor_pid"
 join() { local f=() x; for x in "$@"; do [[ -f "$x" ]] && f+=("$x"); done; ((${#f[@]})) && python3 "$FA_ROOT/bench/peers/join.py" "${f[@]}"; }
 join "$out/peers.json" "$out"/fa3.json "$out"/fa3-det.json "$out"/bwd-*.json >"$out/table.md"
-join "$out/peers-fp8.json" "$out/fp8.json" >"$out/fp8.md"
+join "$out/peers-fp8.json" "$out/fp8.json" "$out"/fp8-*.json >"$out/fp8.md"
 join "$out"/decode*.json >"$out/decode.md"
 echo "call: $SECONDS s"

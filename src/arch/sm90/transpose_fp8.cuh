@@ -50,8 +50,10 @@ inline constexpr int kTransposedBytes = (kKeys + 127) / 128 * 128 * kCols;
 
 // One warp's share (`worker` of `workers`, all lanes active) of the transpose of `src` into
 // `dst` (shared-memory addresses, both 1024-byte aligned). Keys >= valid_keys are written as
-// zero (keys past a sequence's end: P is 0 there, and 0 * NaN would still be NaN).
-template <int kKeys, int kCols, int kSrcSwizzle>
+// zero (keys past a sequence's end: P is 0 there, and 0 * NaN would still be NaN). kBatch units
+// per step: their loads are issued together (the shared accesses are volatile, so the compiler
+// cannot overlap one step's loads with the previous step's stores by itself).
+template <int kKeys, int kCols, int kSrcSwizzle, int kBatch = 1>
 __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t dst, int valid_keys, int worker, int workers,
                                                           int lane) {
   static_assert(kKeys % 16 == 0 && kCols % 32 == 0, "whole 16-key x 32-column units");
@@ -59,30 +61,42 @@ __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t 
   constexpr int kColGroups = kCols / 32, kUnits = kKeys / 16 * kColGroups;
   const uint32_t u = uint32_t(lane) / 8, v = uint32_t(lane) % 8, rotate = v / 2;
 #pragma unroll 1
-  for (int unit = worker; unit < kUnits; unit += workers) {
-    const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
-    const uint32_t col = 32 * c + 4 * v;  // first of this lane's four columns
-    const uint32_t src_block = src + (col / kSrcSwizzle) * (kKeys * kSrcSwizzle);
-    const uint32_t key0 = 16 * g + 2 * u;
-    uint32_t w[4];
+  for (int first = worker; first < kUnits; first += workers * kBatch) {
+    uint32_t w[kBatch][4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t key = key0 + uint32_t(j % 2 + 8 * (j / 2));
-      const uint32_t word = ld_shared_u32(src_block + swizzled_offset<kSrcSwizzle>(key, col % kSrcSwizzle));
-      // Byte b of w[j] = column col + (b + rotate) % 4 of this key.
-      w[j] = int(key) < valid_keys ? __funnelshift_r(word, word, 8 * rotate) : 0u;
+    for (int k = 0; k < kBatch; ++k) {
+      const int unit = first + k * workers;
+      if (k > 0 && unit >= kUnits) break;  // uniform over the warp (unit 0 is in range)
+      const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
+      const uint32_t col = 32 * c + 4 * v;  // first of this lane's four columns
+      const uint32_t src_block = src + (col / kSrcSwizzle) * (kKeys * kSrcSwizzle);
+      const uint32_t key0 = 16 * g + 2 * u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t key = key0 + uint32_t(j % 2 + 8 * (j / 2));
+        const uint32_t word = ld_shared_u32(src_block + swizzled_offset<kSrcSwizzle>(key, col % kSrcSwizzle));
+        // Byte b of w[j] = column col + (b + rotate) % 4 of this key.
+        w[k][j] = int(key) < valid_keys ? __funnelshift_r(word, word, 8 * rotate) : 0u;
+      }
     }
-    // 4 x 4 byte transpose: out[s] byte j = w[j] byte s.
-    const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-    const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-    const uint32_t out[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
-                             __byte_perm(t1, t3, 0x7632)};
-    const uint32_t position = 16 * g + 4 * u;  // key positions position .. + 3: keys key0 + {0, 1, 8, 9}
-    const uint32_t dst_block = dst + (position / 128) * (kCols * 128);
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint32_t row = col + (uint32_t(s) + rotate) % 4;
-      st_shared_u32(dst_block + swizzled_offset<128>(row, position % 128), out[s]);
+    for (int k = 0; k < kBatch; ++k) {
+      const int unit = first + k * workers;
+      if (k > 0 && unit >= kUnits) break;
+      const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
+      const uint32_t col = 32 * c + 4 * v;
+      // 4 x 4 byte transpose: out[s] byte j = w[j] byte s.
+      const uint32_t t0 = __byte_perm(w[k][0], w[k][1], 0x5140), t1 = __byte_perm(w[k][0], w[k][1], 0x7362);
+      const uint32_t t2 = __byte_perm(w[k][2], w[k][3], 0x5140), t3 = __byte_perm(w[k][2], w[k][3], 0x7362);
+      const uint32_t out[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632), __byte_perm(t1, t3, 0x5410),
+                               __byte_perm(t1, t3, 0x7632)};
+      const uint32_t position = 16 * g + 4 * u;  // key positions position .. + 3: keys key0 + {0, 1, 8, 9}
+      const uint32_t dst_block = dst + (position / 128) * (kCols * 128);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t row = col + (uint32_t(s) + rotate) % 4;
+        st_shared_u32(dst_block + swizzled_offset<128>(row, position % 128), out[s]);
+      }
     }
   }
 }
