@@ -377,3 +377,47 @@ TEST(Fa3Fp8ForwardRace, RepeatedRunsAreBitwiseEqual) {
 
 }  // namespace
 }  // namespace flashattn::test
+
+namespace flashattn::test {
+namespace {
+
+// Plain-score kernels take the raw scores' row max, right only for a scale >= 0: a negative
+// descale product must give NaN in that (sequence, kv head)'s rows, never a wrong number; the
+// other heads are unaffected. The general-score plans scale first: their results stay finite.
+TEST(Fa3Fp8ForwardNegativeDescale, PlainPlansWriteNanGeneralPlansStayFinite) {
+  SKIP_WITHOUT_SM90();
+  AttentionCase c;
+  c.dtype = DType::F8E4M3;
+  c.batch = 2;
+  c.heads_q = 4;
+  c.heads_k = 2;
+  c.head_dim = 128;
+  c.seqlen_q = 100;
+  c.seqlen_k = 300;
+  AttentionRun run(c);
+  for (int64_t i = 0; i < run.q_descale.numel(); ++i) run.q_descale.set(i, i == 1 ? -0.5f : 0.5f);  // (b 0, kv head 1)
+  std::vector<fa3::Fp8FwdPlan> plans = fa3::fp8_fwd_plans(host_problem(run, c));
+  fa3::Fp8FwdPlan general{128, 128, 128, true, false};
+  plans.push_back(general);
+  for (const fa3::Fp8FwdPlan& plan : plans) {
+    SCOPED_TRACE(plan_name(&plan));
+    HostTensor out(c.out_dtype(), {c.batch, c.seqlen_q, c.heads_q, c.dv()});
+    FwdParams params = run.fwd_params(out.view(), {}, Backend::Fa3);
+    if (plan.general_score) params.softcap = 1e4f;  // general scores; the softcap barely moves them
+    ASSERT_TRUE(forced_fp8(&plan)(params).ok());
+    const std::vector<float> o = out.to_float();
+    for (int b = 0; b < c.batch; ++b)
+      for (int r = 0; r < c.seqlen_q; ++r)
+        for (int h = 0; h < c.heads_q; ++h) {
+          const bool negative = b == 0 && h / 2 == 1;
+          for (int d = 0; d < c.dv(); ++d) {
+            const float x = o[((size_t(b) * c.seqlen_q + r) * c.heads_q + h) * c.dv() + d];
+            if (negative && !plan.general_score) ASSERT_TRUE(std::isnan(x)) << b << " " << r << " " << h;
+            else ASSERT_TRUE(std::isfinite(x)) << b << " " << r << " " << h;
+          }
+        }
+  }
+}
+
+}  // namespace
+}  // namespace flashattn::test
