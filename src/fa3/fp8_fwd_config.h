@@ -49,8 +49,9 @@ struct Fp8FwdConfig {
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Warps 1..3 of the producer warpgroup transpose V (warp 0's first thread issues the loads).
   static constexpr int kTransposeWarps = 3;
-  // 16 x 32 units per step of each transposing warp (transpose_fp8.cuh): two need more than 24 registers.
-  static constexpr int kTransposeBatch = kProducerRegisters > 24 ? 2 : 1;
+  // 16 x 32 units per step of each transposing warp (transpose_fp8.cuh): two need 40 registers
+  // (with 32, three consumers, two units measured 5 % slower than one: docs/PERF.md).
+  static constexpr int kTransposeBatch = kProducerRegisters >= 40 ? 2 : 1;
   // P = exp2(logit - max + kPShift): the row's largest weight is 2^8, not 1, so the small
   // weights stay in e4m3's normal range (2^-6 and up); the row sum carries the same factor and
   // the LSE takes it out.
