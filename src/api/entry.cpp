@@ -105,7 +105,7 @@ Target auto_forward_target(Target chosen, [[maybe_unused]] const TensorView& pla
 #if defined(FLASHATTN_WITH_CUDA)
   if (chosen == Target::Fa2 && device_info(placement.device_index).sm_major == 9) {
     // fp8 runs on FA3 alone: a call its fp8 forward does not cover gets fa3::check's reason.
-    if (fa3::check(problem).ok() || (fa3::kFp8FwdEnabled && problem.dtype == DType::F8E4M3)) return Target::Fa3;
+    if ((fa3::kFp8FwdEnabled && problem.dtype == DType::F8E4M3) || fa3::check(problem).ok()) return Target::Fa3;
   }
 #endif
   return chosen;

@@ -443,6 +443,18 @@ std::vector<AttentionCase> feature_sweep() {
   return cases;
 }
 
+AttentionCase fp8_case(int batch, int heads_q, int heads_k, int head_dim, int seqlen_q, int seqlen_k) {
+  AttentionCase c;
+  c.dtype = DType::F8E4M3;
+  c.batch = batch;
+  c.heads_q = heads_q;
+  c.heads_k = heads_k;
+  c.head_dim = head_dim;
+  c.seqlen_q = seqlen_q;
+  c.seqlen_k = seqlen_k;
+  return c;
+}
+
 std::vector<AttentionCase> fp8_sweep() {
   std::vector<AttentionCase> cases;
   AttentionCase base;

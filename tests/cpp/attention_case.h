@@ -112,6 +112,8 @@ class AttentionRun {
 std::vector<AttentionCase> feature_sweep();
 // fp8 (float8_e4m3fn, with descales) over the features FlashAttention-3's fp8 forward has.
 std::vector<AttentionCase> fp8_sweep();
+// An fp8 (e4m3) case of these shapes, every other field at its default.
+AttentionCase fp8_case(int batch, int heads_q, int heads_k, int head_dim, int seqlen_q, int seqlen_k);
 
 // One unit in the last place of dtype at `magnitude`: the floor that covers an output's final
 // rounding.

@@ -102,36 +102,27 @@ void expect_matches_dequantised_f32(AttentionCase c, bool descales) {
   }
 }
 
-AttentionCase fp8_case() {
-  AttentionCase c;
-  c.dtype = DType::F8E4M3;
-  c.batch = 3;
-  c.heads_q = 6;
-  c.heads_k = 2;
-  c.seqlen_q = 70;
-  c.seqlen_k = 130;
-  return c;
-}
+AttentionCase small_fp8_case() { return fp8_case(3, 6, 2, 64, 70, 130); }
 
 TEST(Fp8Semantics, DescalesArePerSequenceAndKvHeadWithQByItsGroup) {
-  expect_matches_dequantised_f32(fp8_case(), /*descales=*/true);
+  expect_matches_dequantised_f32(small_fp8_case(), /*descales=*/true);
 }
 
-TEST(Fp8Semantics, AbsentDescalesAreOne) { expect_matches_dequantised_f32(fp8_case(), /*descales=*/false); }
+TEST(Fp8Semantics, AbsentDescalesAreOne) { expect_matches_dequantised_f32(small_fp8_case(), /*descales=*/false); }
 
 TEST(Fp8Semantics, AcrossFeatures) {
-  AttentionCase c = fp8_case();
+  AttentionCase c = small_fp8_case();
   c.causal = true;
   c.softcap = 2.f;
   c.num_splits = 3;
   expect_matches_dequantised_f32(c, true);
-  c = fp8_case();
+  c = small_fp8_case();
   c.varlen_q = {30, 0, 77, 5};
   c.varlen_k = {50, 12, 77, 90};
   c.seqused_k = {40, 12, 0, 90};
   c.window_left = 16;
   expect_matches_dequantised_f32(c, true);
-  c = fp8_case();
+  c = small_fp8_case();
   c.seqlen_q = 1;  // decoding: pack-GQA puts a kv head's query heads in one tile
   c.seqlen_k = 500;
   c.num_splits = 0;
@@ -140,7 +131,7 @@ TEST(Fp8Semantics, AcrossFeatures) {
 
 // A per-tensor factor: one float broadcast over (batch, heads_k) with strides 0.
 TEST(Fp8Semantics, BroadcastDescale) {
-  const AttentionCase c = fp8_case();
+  const AttentionCase c = small_fp8_case();
   AttentionRun run(c);
   HostTensor one(DType::F32, {1});
   one.set(0, 0.375f);
@@ -159,7 +150,7 @@ TEST(Fp8Semantics, BroadcastDescale) {
 
 // fp16 out works like bf16 out.
 TEST(Fp8Semantics, Float16Out) {
-  const AttentionCase c = fp8_case();
+  const AttentionCase c = small_fp8_case();
   AttentionRun run(c);
   HostTensor out16(DType::F16, {c.batch, c.seqlen_q, c.heads_q, c.dv()}), out_bf(DType::BF16, out16.shape());
   ASSERT_TRUE(fwd(run.fwd_params(out16.view(), {}, Backend::Cpu)).ok());

@@ -60,6 +60,11 @@ __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t 
   static_assert(kSrcSwizzle == 128 || kSrcSwizzle == 64, "source rows of 128 or 64 bytes");
   constexpr int kColGroups = kCols / 32, kUnits = kKeys / 16 * kColGroups;
   const uint32_t u = uint32_t(lane) / 8, v = uint32_t(lane) % 8, rotate = v / 2;
+  // A unit's key group g and this lane's first of four columns.
+  struct Unit {
+    uint32_t g, col;
+  };
+  auto unit_at = [&](int unit) { return Unit{uint32_t(unit) / kColGroups, 32 * (uint32_t(unit) % kColGroups) + 4 * v}; };
 #pragma unroll 1
   for (int first = worker; first < kUnits; first += workers * kBatch) {
     uint32_t w[kBatch][4];
@@ -67,8 +72,7 @@ __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t 
     for (int k = 0; k < kBatch; ++k) {
       const int unit = first + k * workers;
       if (k > 0 && unit >= kUnits) break;  // uniform over the warp (unit 0 is in range)
-      const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
-      const uint32_t col = 32 * c + 4 * v;  // first of this lane's four columns
+      const auto [g, col] = unit_at(unit);
       const uint32_t src_block = src + (col / kSrcSwizzle) * (kKeys * kSrcSwizzle);
       const uint32_t key0 = 16 * g + 2 * u;
 #pragma unroll
@@ -83,8 +87,7 @@ __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t 
     for (int k = 0; k < kBatch; ++k) {
       const int unit = first + k * workers;
       if (k > 0 && unit >= kUnits) break;
-      const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
-      const uint32_t col = 32 * c + 4 * v;
+      const auto [g, col] = unit_at(unit);
       // 4 x 4 byte transpose: out[s] byte j = w[j] byte s.
       const uint32_t t0 = __byte_perm(w[k][0], w[k][1], 0x5140), t1 = __byte_perm(w[k][0], w[k][1], 0x7362);
       const uint32_t t2 = __byte_perm(w[k][2], w[k][3], 0x5140), t3 = __byte_perm(w[k][2], w[k][3], 0x7362);

@@ -199,14 +199,7 @@ std::vector<AttentionCase> long_cases() {
   std::vector<AttentionCase> cases;
   for (int d : {64, 128, 256})
     for (auto [sq, sk, causal] : {std::tuple{700, 1025, false}, std::tuple{513, 1500, true}, std::tuple{1000, 897, true}}) {
-      AttentionCase c;
-      c.dtype = DType::F8E4M3;
-      c.batch = 1;
-      c.heads_q = 4;
-      c.heads_k = 2;
-      c.head_dim = d;
-      c.seqlen_q = sq;
-      c.seqlen_k = sk;
+      AttentionCase c = fp8_case(1, 4, 2, d, sq, sk);
       c.causal = causal;
       c.seed = uint64_t(cases.size()) + 501;
       cases.push_back(c);
@@ -250,14 +243,7 @@ std::vector<AttentionCase> persistent_cases() {
   std::vector<AttentionCase> cases;
   for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
-      AttentionCase c;
-      c.dtype = DType::F8E4M3;
-      c.batch = 3;
-      c.heads_q = 24;
-      c.heads_k = 6;
-      c.seqlen_q = 300;
-      c.seqlen_k = 700;
-      c.head_dim = d;
+      AttentionCase c = fp8_case(3, 24, 6, d, 300, 700);
       c.causal = causal;
       c.seed = uint64_t(cases.size()) + 701;
       cases.push_back(c);
@@ -288,14 +274,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, Fa3Fp8ForwardPersistent, ::testing::ValuesIn(pers
 TEST(Fa3Fp8ForwardExtremes, FiniteAndWithinTolerance) {
   SKIP_WITHOUT_SM90();
   for (int variant = 0; variant < 12; ++variant) {
-    AttentionCase c;
-    c.dtype = DType::F8E4M3;
-    c.batch = 2;
-    c.heads_q = 4;
-    c.heads_k = 2;
-    c.head_dim = 64 << (variant / 4);
-    c.seqlen_q = 200;
-    c.seqlen_k = 1100;
+    AttentionCase c = fp8_case(2, 4, 2, 64 << (variant / 4), 200, 1100);
     c.causal = variant % 2 == 1;
     c.seed = uint64_t(801 + variant);
     if (variant % 4 == 2) c.softmax_scale = 40.f;
@@ -327,14 +306,7 @@ TEST(Fa3Fp8ForwardRace, RepeatedRunsAreBitwiseEqual) {
   SKIP_WITHOUT_SM90();
   for (int d : {64, 128, 256})
     for (bool causal : {false, true}) {
-      AttentionCase c;
-      c.dtype = DType::F8E4M3;
-      c.batch = 2;
-      c.heads_q = 16;
-      c.heads_k = 4;
-      c.seqlen_q = 1000;
-      c.seqlen_k = 2300;
-      c.head_dim = d;
+      AttentionCase c = fp8_case(2, 16, 4, d, 1000, 2300);
       c.causal = causal;
       AttentionRun run(c);
       HostTensor out(c.out_dtype(), {c.batch, c.seqlen_q, c.heads_q, c.dv()}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
@@ -386,14 +358,7 @@ namespace {
 // other heads are unaffected. The general-score plans scale first: their results stay finite.
 TEST(Fa3Fp8ForwardNegativeDescale, PlainPlansWriteNanGeneralPlansStayFinite) {
   SKIP_WITHOUT_SM90();
-  AttentionCase c;
-  c.dtype = DType::F8E4M3;
-  c.batch = 2;
-  c.heads_q = 4;
-  c.heads_k = 2;
-  c.head_dim = 128;
-  c.seqlen_q = 100;
-  c.seqlen_k = 300;
+  const AttentionCase c = fp8_case(2, 4, 2, 128, 100, 300);
   AttentionRun run(c);
   for (int64_t i = 0; i < run.q_descale.numel(); ++i) run.q_descale.set(i, i == 1 ? -0.5f : 0.5f);  // (b 0, kv head 1)
   std::vector<fa3::Fp8FwdPlan> plans = fa3::fp8_fwd_plans(host_problem(run, c));
