@@ -475,8 +475,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // of consecutive columns instead of 4-byte pieces of eight rows.
   // A lane's staging stores overwrite rows that other lanes of its warp addressed in the last
   // ldmatrix of Q: only __syncwarp orders lanes of a warp in the memory model (racecheck reports
-  // the pair otherwise). Packed kernels only for now: the others keep the code that ran.
-  if constexpr (kPackGqa) __syncwarp();
+  // the pair otherwise).
+  __syncwarp();
   Element* out = static_cast<Element*>(p.out.data);
   Element* const o_stage = smem_q + warp * 16 * kMTiles * kRowStride;
   // (token, query head) of a row: itself and h, or packed the token and head of row t * G + g.
