@@ -31,13 +31,14 @@ if(FLASHATTN_WITH_CUDA)
   file(GLOB FLASHATTN_FA2_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/fa2/*.cu)
   file(GLOB FLASHATTN_SM90_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/arch/sm90/*.cu ${PROJECT_SOURCE_DIR}/src/fa3/*.cu)
   target_sources(flashattn PRIVATE ${FLASHATTN_FA2_SOURCES} ${FLASHATTN_SM90_SOURCES})
-  # Targets per source: FLASHATTN_SM80_PTX (CMakeLists.txt) gives the FA2 sources compute_80 PTX
-  # alone and their host code an A100's shared memory (fa2/device_limits.h).
+  # Targets per source: FLASHATTN_FA2_AS_SM80 (CMakeLists.txt) compiles the FA2 sources from
+  # compute_80 into FLASHATTN_FA2_AS_SM80_CODE alone and gives their host code an A100's shared
+  # memory (fa2/device_limits.h).
   set(FLASHATTN_FA2_GENCODE ${FLASHATTN_CUDA_GENCODE})
-  if(FLASHATTN_SM80_PTX)
-    set(FLASHATTN_FA2_GENCODE "-gencode=arch=compute_80,code=compute_80")
+  if(FLASHATTN_FA2_AS_SM80)
+    set(FLASHATTN_FA2_GENCODE "-gencode=arch=compute_80,code=${FLASHATTN_FA2_AS_SM80_CODE}")
     set_source_files_properties(${FLASHATTN_FA2_SOURCES} PROPERTIES COMPILE_DEFINITIONS FLASHATTN_FA2_AS_SM80=1)
-    message(STATUS "flashattn: FA2 kernels as compute_80 PTX only, tiles as on sm80 (FLASHATTN_SM80_PTX)")
+    message(STATUS "flashattn: FA2 kernels as sm80 code for ${FLASHATTN_FA2_AS_SM80_CODE}, tiles as on sm80 (FLASHATTN_FA2_AS_SM80)")
   endif()
   set_property(SOURCE ${FLASHATTN_FA2_SOURCES} APPEND PROPERTY COMPILE_OPTIONS ${FLASHATTN_FA2_GENCODE})
   set_property(SOURCE ${FLASHATTN_SM90_SOURCES} APPEND PROPERTY COMPILE_OPTIONS ${FLASHATTN_CUDA_GENCODE})

@@ -1,7 +1,7 @@
 // The limits of a device that the FA2 plans choose tiles by. The struct and the rules are host
 // code free of CUDA (the plans are unit-tested on the CPU); device_limits.cu reads them.
-// Built with FLASHATTN_FA2_AS_SM80 (CMake FLASHATTN_SM80_PTX: the FA2 kernels as compute_80 PTX,
-// which the driver compiles for the GPU at hand with __CUDA_ARCH__ 800), a device's limits are
+// Built with FLASHATTN_FA2_AS_SM80 (the CMake option of that name: the FA2 kernels compiled from
+// compute_80, __CUDA_ARCH__ 800, into a newer GPU's code), a device's limits are
 // capped at an A100's, so that a newer GPU runs what an sm80 one runs: its tiles on the host side,
 // its code paths on the device side.
 #pragma once
@@ -21,7 +21,7 @@ struct DeviceLimits {
   int arch = 0;        // compute capability as 10 * major + minor: 80, 86, 90
 };
 
-// What the FLASHATTN_SM80_PTX build makes of a device: an A100's shared memory and sm80's code.
+// What the FLASHATTN_FA2_AS_SM80 build makes of a device: an A100's shared memory and sm80's code.
 inline DeviceLimits as_sm80_build(DeviceLimits limits) {
   limits.smem_optin = std::min(limits.smem_optin, kSm80SmemOptin);
   limits.arch = std::min(limits.arch, 80);

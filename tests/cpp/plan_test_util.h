@@ -20,7 +20,7 @@ inline constexpr fa2::DeviceLimits kH200{132, 227 * 1024, 90};
 inline constexpr fa2::DeviceLimits kA100{108, 163 * 1024, 80};
 inline constexpr fa2::DeviceLimits kSm86{84, 99 * 1024, 86};
 
-// An H200 as the FLASHATTN_SM80_PTX build sees it (fa2/device_limits.h).
+// An H200 as the FLASHATTN_FA2_AS_SM80 build sees it (fa2/device_limits.h).
 inline fa2::DeviceLimits h200_as_sm80_build() { return fa2::as_sm80_build(kH200); }
 
 // Stand-ins that mark a pointer feature as present.
