@@ -1,8 +1,7 @@
 // The sm90 primitive layer (src/arch/sm90) on the device: TMA loads with the 128-byte swizzle on
 // an mbarrier, wgmma with shared-memory descriptors (K-major A and B, MN-major A and B) and with
 // A from registers and an MN-major B, setmaxnreg with named barriers and elect, bulk copies and
-// bulk reductions. Skips without an
-// sm90 GPU.
+// bulk reductions, stmatrix. Skips without an sm90 GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +11,7 @@
 
 #include "arch/sm90/mbarrier.cuh"
 #include "arch/sm90/reduce.cuh"
+#include "arch/sm90/stmatrix.cuh"
 #include "arch/sm90/tensor_map.h"
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/warpgroup.cuh"
@@ -392,6 +392,38 @@ TEST(Sm90Primitives, RedAddV4AddsEveryContribution) {
       want[3] += 1.f;
     }
     for (int i = 0; i < 4; ++i) ASSERT_EQ(got[4 * slot + i], want[i]) << slot << "," << i;  // exact: small halves
+  }
+}
+
+// stmatrix: lane l's register i lands in row l / 4 of matrix i, bytes 4 (l % 4) .. + 3, at the row
+// addresses lanes 8i .. 8i + 7 gave (here rows in a scrambled order, 16 bytes apart).
+__global__ void stmatrix_kernel(uint32_t* out) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ __align__(16) uint32_t rows[32 * 4];
+  for (int i = threadIdx.x; i < 32 * 4; i += 32) rows[i] = 0xdeadbeefu;
+  __syncwarp();
+  const uint32_t l = threadIdx.x;
+  const uint32_t slot = (l * 13 + 5) % 32;  // matrix l / 8, row l % 8 goes to row slot
+  const uint32_t r0 = l * 4 + 0x1000u, r1 = l * 4 + 0x2000u, r2 = l * 4 + 0x3000u, r3 = l * 4 + 0x4000u;
+  sm90::stmatrix_x4(sm90::smem_u32(&rows[slot * 4]), r0, r1, r2, r3);
+  __syncwarp();
+  for (int i = threadIdx.x; i < 32 * 4; i += 32) out[i] = rows[i];
+#endif
+}
+
+TEST(Sm90Primitives, StmatrixStoresRowsWhereTheLanesPointed) {
+  SKIP_WITHOUT_SM90();
+  DeviceArray<uint32_t> out(32 * 4);
+  stmatrix_kernel<<<1, 32>>>(out.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<uint32_t> got(32 * 4);
+  CUDA_CHECK(cudaMemcpy(got.data(), out.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    const uint32_t matrix = lane / 8, row = lane % 8, slot = (lane * 13 + 5) % 32;
+    for (uint32_t word = 0; word < 4; ++word) {
+      const uint32_t from = row * 4 + word;  // the lane that holds (row, bytes 4 word ..)
+      ASSERT_EQ(got[slot * 4 + word], from * 4 + 0x1000u * (matrix + 1)) << "matrix " << matrix << " row " << row << " word " << word;
+    }
   }
 }
 
