@@ -96,6 +96,7 @@ RowsView varlen_rows(const TensorView& t, const TensorView& cu_seqlens) {
   rows.row_stride = t.stride[0];
   rows.head_stride = t.stride[1];
   rows.cu_seqlens = int_pointer(cu_seqlens);
+  rows.extent = t.shape[0];  // cu_seqlens entries are clamped to the rows
   return rows;
 }
 
@@ -105,6 +106,8 @@ RowsView paged_rows(const TensorView& t, const TensorView& block_table) {
   rows.block_table = int_pointer(block_table);
   rows.block_table_stride = block_table.stride[0];
   rows.page_size = t.shape[1];
+  rows.extent = t.shape[0];  // block_table entries are clamped to the pages
+  rows.positions = block_table.shape[1] * t.shape[1];
   return rows;
 }
 
@@ -117,6 +120,7 @@ LseView lse_view(const TensorView& t, const TensorView& cu_seqlens_q) {
     lse.head_stride = t.stride[0];
     lse.row_stride = t.stride[1];
     lse.cu_seqlens = int_pointer(cu_seqlens_q);
+    lse.total = t.shape[1];
   } else {
     lse.batch_stride = t.stride[0];
     lse.head_stride = t.stride[1];
@@ -323,7 +327,8 @@ Status build_attention(const AttentionArgs& a, AttnProblem* problem) {
   lens.total_q = varlen ? rows_q : batch * rows_q;
   lens.cu_seqlens_k = varlen ? int_pointer(cu_k) : nullptr;
   lens.total_k = paged ? 0 : varlen ? rows_k : batch * rows_k;
-  lens.k_capacity = paged ? rows_k : 0;
+  // (No pages: no sequence can have keys, whatever the CUDA contents say.)
+  lens.k_capacity = paged && k.shape[0] > 0 ? rows_k : 0;
   lens.seqused_k = int_pointer(seqused);
   if (varlen) {
     FA_CHECK(check_cu_seqlens_contents(cu_q, "cu_seqlens_q", batch, rows_q, "rows of q (total_q)"));
@@ -725,6 +730,8 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.v = dense_rows(v_cache);
   for (RowsView* cache : {&p.k, &p.v}) {
     cache->row_offset = leftpads;
+    cache->positions = capacity;    // row_offset entries are clamped to it
+    cache->extent = k_cache.shape[0];  // pages, or the cache's sequences: entries clamped to them
     if (paged) {
       // batch_stride is the page stride; rows within a page use row_stride.
       cache->block_table = int_pointer(block_table);
@@ -739,7 +746,9 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
   p.lens.seqlen_q = seqlen_q;
   p.lens.cu_seqlens_q = int_pointer(cu_q);
   p.lens.total_q = varlen ? rows_q : p.batch * seqlen_q;
-  p.lens.seqlen_k = capacity;  // without cache_seqlens every slot is a key; with them, a bound
+  // Without cache_seqlens every slot is a key; with them, a bound. (Paged or batch-indexed with no
+  // pages or cache rows: no sequence can have keys, whatever the CUDA contents say.)
+  p.lens.seqlen_k = (paged || batch_idx.defined()) && k_cache.shape[0] == 0 ? 0 : capacity;
   p.lens.cache_seqlens = seqlens;
   p.lens.seqlen_k_added = cache_seqlens.defined() ? seqlen_new : 0;
   p.lens.k_leftpad = leftpads;

@@ -1,8 +1,12 @@
 // From the public parameters to the normalised problems the backends run: every rule of the API
 // is checked (see rules.h) before anything is filled in, so a backend can trust what it gets.
-// Content checks (cu_seqlens, cache_seqlens, block tables, ...) read host tensors only; for CUDA
-// tensors they are skipped, and their contents must keep the rules: the kernels do not clamp them
-// (garbage can fault, as tools/gpu/fuzz.sh's garbage-contents run shows), as in flash_attn.
+// Content checks (cu_seqlens, seqused_k, cache_seqlens, cache_leftpad, cache_batch_idx, block
+// tables) read host tensors only; for CUDA tensors they are skipped, and their contents must keep
+// the rules, or the results are unspecified. They are not trusted for memory safety, though: the
+// shared accessors (common/rows.h, common/problem.h) and the FA2 kernels clamp every entry into
+// the bounds filled in here from the validated shapes (FA3's TMA loads clip on their own), so
+// garbage gives garbage numbers, never an access outside a tensor (the GPU fuzz's
+// Fa2FuzzContents checks it). Valid contents are unchanged by the clamps.
 #pragma once
 
 #include "common/kvcache_problem.h"

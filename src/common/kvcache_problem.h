@@ -26,10 +26,12 @@ struct KvCacheProblem {
   // every row (all new queries sit at the first new position), as in flash_attn.
   bool rotary_q_per_row = false;
 
-  // Cache position of sequence b's first appended key: its rotary position, and q's.
-  FA_HD int64_t first_new_position(int64_t b) const {
-    return attn.lens.cache_seqlens != nullptr ? int64_t(attn.lens.cache_seqlens[b]) : 0;
-  }
+  // Cache position of sequence b's first appended key: its rotary position, and q's (clamped
+  // like the cache's lengths: see SeqLens::cache_length).
+  FA_HD int64_t first_new_position(int64_t b) const { return attn.lens.cache_length(b); }
+  // Whether appended key t of sequence b has a slot: always for valid contents; garbage
+  // cache_seqlens on a GPU, which the host cannot check, may leave none.
+  FA_HD bool new_key_fits(int64_t b, int64_t t) const { return first_new_position(b) + t < attn.lens.seqlen_k; }
   // Row of appended key t in the views k and v, which start at the sequence's first key (after
   // any left padding).
   FA_HD int64_t new_key_row(int64_t b, int64_t t) const {

@@ -2,6 +2,10 @@
 // storage: dense with strides, varlen (rows packed, cu_seqlens give each sequence's first row),
 // paged (pages of page_size rows found through a block table) and batch-indexed KV caches.
 // Shared by every backend so that they address memory the same way.
+//
+// Index tensors on a GPU are not checked by the host (it cannot read them), so every entry read
+// here is clamped into what the host knows is allocated: garbage gives wrong rows, never an
+// access outside the tensor. (SeqLens clamps the lengths to match; valid entries are unchanged.)
 #pragma once
 
 #include <cstdint>
@@ -9,6 +13,12 @@
 #include "common/host_device.h"
 
 namespace flashattn {
+
+// v clamped to [lo, hi] (hi wins when lo > hi).
+FA_HD int64_t clamp_index(int64_t v, int64_t lo, int64_t hi) {
+  v = v > lo ? v : lo;
+  return v < hi ? v : hi;
+}
 
 struct RowsView {
   void* data = nullptr;
@@ -22,16 +32,32 @@ struct RowsView {
   int64_t page_size = 0;
   const int32_t* row_offset = nullptr;    // left-padded cache: position row of sequence b is stored
                                           //   at row_offset[b] + row (before paging)
+  // The allocation's bounds that the entries above are clamped to: extent = the tensor's first
+  // dimension (varlen: rows; paged: pages; batch-indexed: cache sequences); positions = the
+  // positions one sequence holds (row_offset's bound).
+  int64_t extent = 0;
+  int64_t positions = 0;
+
+  // First row of varlen sequence b (its rows end within extent: SeqLens::q, SeqLens::k).
+  FA_HD int64_t sequence_start(int64_t b) const { return clamp_index(cu_seqlens[b], 0, extent); }
+  // The cache sequence that holds sequence b.
+  FA_HD int64_t cache_sequence(int64_t b) const { return clamp_index(batch_index[b], 0, extent - 1); }
+  // The page holding entry `index` of sequence b's block table.
+  FA_HD int64_t page(int64_t b, int64_t index) const {
+    return clamp_index(block_table[b * block_table_stride + index], 0, extent - 1);
+  }
+  // The cache position of row 0 of sequence b (0 without left padding).
+  FA_HD int64_t first_position(int64_t b) const {
+    return row_offset != nullptr ? clamp_index(row_offset[b], 0, positions) : 0;
+  }
 
   // Offset in elements of (sequence b, position row, head h).
   FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const {
-    if (row_offset != nullptr) row += row_offset[b];
-    if (block_table != nullptr) {
-      const int64_t page = block_table[b * block_table_stride + row / page_size];
-      return page * batch_stride + (row % page_size) * row_stride + h * head_stride;
-    }
-    if (cu_seqlens != nullptr) return (int64_t(cu_seqlens[b]) + row) * row_stride + h * head_stride;
-    const int64_t bb = batch_index != nullptr ? int64_t(batch_index[b]) : b;
+    if (row_offset != nullptr) row += first_position(b);
+    if (block_table != nullptr)
+      return page(b, row / page_size) * batch_stride + (row % page_size) * row_stride + h * head_stride;
+    if (cu_seqlens != nullptr) return (sequence_start(b) + row) * row_stride + h * head_stride;
+    const int64_t bb = batch_index != nullptr ? cache_sequence(b) : b;
     return bb * batch_stride + row * row_stride + h * head_stride;
   }
   template <typename T>
@@ -47,9 +73,10 @@ struct LseView {
   int64_t head_stride = 0;
   int64_t row_stride = 1;
   const int32_t* cu_seqlens = nullptr;
+  int64_t total = 0;  // varlen: the rows (cu_seqlens entries are clamped to them, as in RowsView)
 
   FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const {
-    if (cu_seqlens != nullptr) return h * head_stride + (int64_t(cu_seqlens[b]) + row) * row_stride;
+    if (cu_seqlens != nullptr) return h * head_stride + (clamp_index(cu_seqlens[b], 0, total) + row) * row_stride;
     return b * batch_stride + h * head_stride + row * row_stride;
   }
   FA_HD bool defined() const { return data != nullptr; }

@@ -14,7 +14,7 @@
 namespace flashattn {
 
 FA_HD int64_t packed_row_base(const AttnProblem& p, int64_t b) {
-  return p.lens.cu_seqlens_q != nullptr ? int64_t(p.lens.cu_seqlens_q[b]) : b * p.lens.seqlen_q;
+  return p.lens.cu_seqlens_q != nullptr ? p.lens.q_start(b) : b * p.lens.seqlen_q;
 }
 
 // Keys [begin, end) of split `split` for a sequence of seqlen_k keys cut into tiles of tile_keys.

@@ -30,10 +30,7 @@ struct BwdScratch {
 };
 
 // Rows of k/v stored for sequence b (seqused_k may use fewer).
-int64_t stored_keys(const AttnProblem& p, int64_t b) {
-  if (p.lens.cu_seqlens_k != nullptr) return int64_t(p.lens.cu_seqlens_k[b + 1]) - p.lens.cu_seqlens_k[b];
-  return p.lens.seqlen_k;
-}
+int64_t stored_keys(const AttnProblem& p, int64_t b) { return p.lens.k_stored(b); }
 
 // Loads the row tile's Q, dO, LSE and D.
 void load_row_tile(const BwdProblem& bp, const float* delta_all, int64_t b, int64_t h, int64_t row0,

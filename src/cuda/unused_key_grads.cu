@@ -28,14 +28,13 @@ __global__ void zero_unused_key_grads_kernel(const BwdProblem bp, int64_t rows) 
       else hi = mid;
     }
     b = lo;
-    key = row - cu[b];
-    if (key < 0 || row >= int64_t(cu[p.batch])) return;  // rows outside every sequence
+    key = row - p.lens.k_start(b);  // (clamped like the rows the backward wrote: SeqLens)
+    if (key < 0 || key >= p.lens.k_stored(b)) return;  // rows outside every sequence
   } else {
     b = row / p.lens.seqlen_k;
     key = row % p.lens.seqlen_k;
   }
-  const int64_t used = p.lens.seqused_k[b];
-  if (key < (used > 0 ? used : 0)) return;
+  if (key < p.lens.k(b)) return;  // (seqused_k, clamped to the stored keys)
   for (int64_t h = 0; h < p.heads_k; ++h) {
     for (int64_t c = lane; c < p.head_dim; c += 32) store_zero(bp.dk.data, bp.dk.offset(b, key, h) + c, p.out_dtype);
     for (int64_t c = lane; c < p.head_dim_v; c += 32) store_zero(bp.dv.data, bp.dv.offset(b, key, h) + c, p.out_dtype);

@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   const int64_t b = blockIdx.z, hk = blockIdx.y;
   const int key0 = int(blockIdx.x) * kBlockN;
   // Keys stored for this sequence; seqused_k may use fewer, the rest get zero gradients.
-  const int stored_k = p.lens.cu_seqlens_k != nullptr ? p.lens.cu_seqlens_k[b + 1] - p.lens.cu_seqlens_k[b]
-                                                      : int(p.lens.seqlen_k);
+  const int stored_k = int(p.lens.k_stored(b));
   if (key0 >= stored_k) return;
   const int sq = int(p.lens.q(b)), sk = int(p.lens.k(b));
   const int keys_used = sk - key0 < 0 ? 0 : (sk - key0 < kBlockN ? sk - key0 : kBlockN);

@@ -37,6 +37,9 @@ __device__ __forceinline__ float rotated_element(const RotaryParams& r, DType dt
     i1 = k;
     i2 = k + half;
   }
+  // Positions past the tables (garbage cache_seqlens on a GPU) read their ends instead.
+  if (r.seqlen_ro <= 0) return x;
+  pos = pos < 0 ? 0 : pos < r.seqlen_ro ? pos : r.seqlen_ro - 1;
   const float cs = load_as(r.cos, pos * r.row_stride + k, dtype);
   const float sn = load_as(r.sin, pos * r.row_stride + k, dtype);
   const float x1 = load_as(src, src_offset + i1, dtype), x2 = load_as(src, src_offset + i2, dtype);
@@ -47,6 +50,7 @@ __device__ __forceinline__ float rotated_element(const RotaryParams& r, DType dt
 __global__ void append_kernel(const KvCacheProblem kp) {
   const AttnProblem& p = kp.attn;
   const int64_t t = blockIdx.x, b = blockIdx.y;
+  if (!kp.new_key_fits(b, t)) return;  // (garbage cache_seqlens only)
   const int64_t pos = kp.first_new_position(b) + t, key = kp.new_key_row(b, t);
   const int64_t width = p.heads_k * (p.head_dim > p.head_dim_v ? p.head_dim : p.head_dim_v);
   for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {

@@ -93,7 +93,8 @@ __device__ __forceinline__ void load_packed_query_tile_async(const RowsView& vie
 // thread's rows are issued together, before any copy needs one, so a tile waits on the table
 // (small, in L2) about once instead of once per row; positions and pages in 32 bits (a cache's
 // capacity fits int32, validated) spare the 64-bit divisions. The view's fields stay in the kernel
-// parameter space: no registers held across the key loop.
+// parameter space: no registers held across the key loop. Pages and the left padding are clamped
+// into the cache (RowsView::page, RowsView::first_position).
 template <typename Config, int kRows>
 __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                       int64_t rows_valid, int dim, typename Config::Element* smem) {
@@ -106,11 +107,13 @@ __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int6
   if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
   const int page_size = int(view.page_size);
   const int32_t* pages = view.block_table + b * view.block_table_stride;
-  const int first = int(row0) + first_row + (view.row_offset != nullptr ? view.row_offset[b] : 0);
+  const int first = int(row0) + first_row + int(view.first_position(b));
+  const int last_page = int(view.extent) - 1;
   const int rows_left = int(rows_valid < kRows ? rows_valid : kRows) - first_row;  // rows i * kRowStep < rows_left
   int page[kSteps];
 #pragma unroll
-  for (int i = 0; i < kSteps; ++i) page[i] = i * kRowStep < rows_left ? pages[(first + i * kRowStep) / page_size] : 0;
+  for (int i = 0; i < kSteps; ++i)
+    page[i] = i * kRowStep < rows_left ? min(max(pages[(first + i * kRowStep) / page_size], 0), last_page) : 0;
   const Element* head_rows = base + head * view.head_stride + col;
   const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
   constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
