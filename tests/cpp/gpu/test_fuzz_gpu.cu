@@ -7,9 +7,13 @@
 // Skips without a GPU (FA3: without an sm90 GPU).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "api/validate.h"
 #include "attention_case.h"
@@ -229,43 +233,186 @@ TEST(Fa3FuzzInvalid, BackwardRefusesBrokenCalls) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Garbage in CUDA index tensors (cu_seqlens, seqused_k, cache_seqlens, block tables,
-// cache_batch_idx): validation cannot read them. The goal: such a call may answer anything but
-// must not fault, so the device stays usable. Not met yet: the kernels do not clamp these contents
-// (validate.h), and this run has seen an FA2 call fault. Opt-in with
-// FLASHATTN_FUZZ_CONTENTS=1 (a fault poisons the process's CUDA context for every later test);
-// tools/gpu/fuzz.sh runs it, also under compute-sanitizer memcheck, which sees reads out of
-// bounds that do not fault.
+// Garbage in CUDA index tensors (cu_seqlens, seqused_k, cache_seqlens, cache_leftpad, block
+// tables, cache_batch_idx): validation cannot read them, so the kernels clamp every entry into
+// the allocation (validate.h). Such a call may answer anything but must not fault, so the device
+// stays usable. FA2 forward (with and without split-KV, dense-varlen and paged k/v), backward
+// (both dQ modes) and KV cache (dense, paged, batch-indexed, left-padded, appending, rotary); the
+// split-KV runs go through the combine (the public combine takes no index tensors). A fault
+// poisons the process's CUDA context for every later test; tools/gpu/fuzz.sh also runs this
+// under compute-sanitizer memcheck, which sees reads out of bounds that do not fault.
 // ---------------------------------------------------------------------------------------------
+int32_t* entries(const TensorView& t) { return static_cast<int32_t*>(t.data); }
+
+// Overwrites the n entries at `v` (an index tensor's host copy, uploaded afterwards) with
+// garbage of one kind: negative, huge, past the bound, non-monotonic, or random around the bound.
+void scribble(int32_t* v, int64_t n, int64_t bound, std::mt19937_64& rng, std::string* what) {
+  if (n == 0) return;
+  const auto pick = [&](std::initializer_list<int64_t> values) {
+    return *(values.begin() + int64_t(rng() % values.size()));
+  };
+  const auto any = [&] { return int64_t(rng() % n); };
+  const auto fit = [](int64_t x) { return int32_t(std::clamp<int64_t>(x, INT32_MIN, INT32_MAX)); };
+  switch (rng() % 5) {
+    case 0:  // negative entries
+      for (int k = 0, m = 1 + int(rng() % 3); k < m; ++k) v[any()] = fit(pick({-1, -7, -bound - 1, INT32_MIN}));
+      *what += " negative";
+      break;
+    case 1:  // huge entries
+      for (int k = 0, m = 1 + int(rng() % 3); k < m; ++k) v[any()] = fit(pick({INT32_MAX, INT32_MAX - 1, 1 << 30}));
+      *what += " huge";
+      break;
+    case 2:  // just past the bound
+      for (int k = 0, m = 1 + int(rng() % 3); k < m; ++k) v[any()] = fit(bound + pick({0, 1, 8, 1000}));
+      *what += " past-bound";
+      break;
+    case 3:  // non-monotonic: reversed, or one entry below its predecessor
+      if (rng() % 2) {
+        std::reverse(v, v + n);
+      } else if (n >= 2) {
+        const int64_t i = 1 + int64_t(rng() % (n - 1));
+        v[i] = fit(int64_t(v[i - 1]) - pick({1, 3, 100000}));
+      }
+      *what += " non-monotonic";
+      break;
+    default:  // everything random around the bound
+      for (int64_t i = 0; i < n; ++i) v[i] = fit(int64_t(rng() % uint64_t(4 * bound + 8)) - 2 * bound - 4);
+      *what += " random";
+      break;
+  }
+}
+
+struct IndexTensor {
+  const char* name;
+  TensorView view;
+  int64_t bound;  // what valid entries stay within (rows, keys, pages, cache rows)
+};
+
+// Scribbles over one or all of the defined index tensors; returns what it did ("" for none).
+std::string scribble_some(const std::vector<IndexTensor>& tensors, std::mt19937_64& rng) {
+  std::vector<const IndexTensor*> defined;
+  for (const IndexTensor& t : tensors)
+    if (t.view.defined() && t.view.numel() > 0) defined.push_back(&t);
+  if (defined.empty()) return "";
+  std::string what;
+  const bool all = rng() % 4 == 0;
+  const size_t one = size_t(rng() % defined.size());
+  for (size_t i = 0; i < defined.size(); ++i) {
+    if (!all && i != one) continue;
+    what += std::string(what.empty() ? "" : ";") + defined[i]->name;
+    scribble(entries(defined[i]->view), defined[i]->view.numel(), defined[i]->bound, rng, &what);
+  }
+  return what;
+}
+
+std::vector<IndexTensor> varlen_index_tensors(const VarlenArgs& v, const TensorView& q, const TensorView& k,
+                                              int64_t k_bound) {
+  return {{"cu_seqlens_q", v.cu_seqlens_q, q.shape[0]},
+          {"cu_seqlens_k", v.cu_seqlens_k, k_bound},
+          {"seqused_k", v.seqused_k, k_bound}};
+}
+
+void expect_no_fault(const Status& st) {
+  EXPECT_NE(st.code(), ErrorCode::CudaError) << st.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "a kernel faulted";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// A varlen call's k and v moved into shuffled pages of a cache with a block table (fwd only).
+struct PagedKv {
+  HostTensor k, v, table;
+  PagedKv(FwdParams& p, std::mt19937_64& rng) {
+    const int64_t batch = p.cu_seqlens_q.shape[0] - 1, heads_k = p.k.shape[1];
+    const int64_t page = int64_t(1) << (rng() % 6);  // 1 .. 32
+    int64_t longest = 0;
+    const int32_t* cu = entries(p.cu_seqlens_k);
+    for (int64_t b = 0; b < batch; ++b) longest = std::max<int64_t>(longest, cu[b + 1] - cu[b]);
+    const int64_t blocks = (std::max<int64_t>(longest, p.max_seqlen_k) + page - 1) / page + int64_t(rng() % 2);
+    const int64_t pages = std::max<int64_t>(1, batch * blocks);
+    k = HostTensor(p.k.dtype, {pages, page, heads_k, p.k.shape[2]});
+    v = HostTensor(p.v.dtype, {pages, page, heads_k, p.v.shape[2]});
+    table = HostTensor(DType::I32, {batch, std::max<int64_t>(blocks, 1)});
+    int32_t* t = static_cast<int32_t*>(table.data());
+    for (int64_t i = 0; i < table.numel(); ++i) t[i] = int32_t(i % pages);
+    std::shuffle(t, t + table.numel(), rng);
+    p.k = k.view();
+    p.v = v.view();
+    p.block_table = table.view();
+  }
+};
+
+void garbage_fwd(std::mt19937_64& rng) {
+  AttentionCase c = draw_attention_case(rng, kGpuScope);
+  c.num_splits = int(rng() % 3) == 0 ? 1 + int(rng() % 4) : c.num_splits;  // split-KV (and its combine)
+  SCOPED_TRACE(describe(c));
+  FwdCall call(c, rng, Backend::Fa2);
+  FwdParams& p = call.params;
+  std::optional<PagedKv> paged;
+  if (p.cu_seqlens_q.defined() && rng() % 3 == 0) paged.emplace(p, rng);
+  std::vector<IndexTensor> index =
+      varlen_index_tensors(p, p.q, p.k, paged ? p.block_table.shape[1] * p.k.shape[1] : p.k.shape[0] * (p.cu_seqlens_k.defined() ? 1 : p.k.shape[1]));
+  if (paged) index.push_back({"block_table", p.block_table, p.k.shape[0]});
+  const std::string what = scribble_some(index, rng);
+  if (what.empty()) return;  // no index tensor to break
+  SCOPED_TRACE("garbage: " + what + (paged ? " (paged k/v)" : ""));
+  gpu_test::DeviceCall device;
+  FwdParams d = device.fwd(p);
+  d.block_table = device.input(p.block_table);
+  expect_no_fault(fwd(d));
+}
+
+void garbage_bwd(std::mt19937_64& rng) {
+  const AttentionCase c = draw_attention_case(rng, kGpuScope);
+  SCOPED_TRACE(describe(c));
+  BwdCall call(c, rng, Backend::Fa2);
+  BwdParams& p = call.params;
+  p.deterministic = rng() % 2;
+  const int64_t k_rows = p.k.shape[0] * (p.cu_seqlens_k.defined() ? 1 : p.k.shape[1]);
+  const std::string what = scribble_some(varlen_index_tensors(p, p.q, p.k, k_rows), rng);
+  if (what.empty()) return;
+  SCOPED_TRACE("garbage: " + what + (p.deterministic ? " deterministic" : ""));
+  gpu_test::DeviceCall device;
+  expect_no_fault(bwd(device.bwd(p)));
+}
+
+void garbage_kvcache(std::mt19937_64& rng) {
+  const KvCase c = draw_kv_case(rng, kGpuScope);
+  SCOPED_TRACE(describe(c));
+  KvCall call(c, rng, Backend::Fa2);
+  KvCacheParams& p = call.params;
+  const int64_t batch = p.q.shape[0];
+  const bool paged = p.block_table.defined();
+  const int64_t capacity = paged ? p.block_table.shape[1] * p.k_cache.shape[1] : p.k_cache.shape[1];
+  HostTensor leftpad(DType::I32, {batch});
+  if (rng() % 3 == 0) {  // left padding within each sequence's keys
+    int32_t* pad = static_cast<int32_t*>(leftpad.data());
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t keys = p.cache_seqlens.defined() ? entries(p.cache_seqlens)[b] : capacity;
+      pad[b] = int32_t(keys > 0 ? int64_t(rng() % uint64_t(keys + 1)) : 0);
+    }
+    p.cache_leftpad = leftpad.view();
+  }
+  const std::string what = scribble_some({{"cache_seqlens", p.cache_seqlens, capacity},
+                                          {"cache_leftpad", p.cache_leftpad, capacity},
+                                          {"cache_batch_idx", p.cache_batch_idx, p.k_cache.shape[0]},
+                                          {"block_table", p.block_table, p.k_cache.shape[0]}},
+                                         rng);
+  if (what.empty()) return;
+  SCOPED_TRACE("garbage: " + what + (p.cache_leftpad.defined() ? " (left-padded)" : ""));
+  gpu_test::DeviceCall device;
+  KvCacheParams d = device.kvcache(p);
+  d.cache_leftpad = device.input(p.cache_leftpad);
+  expect_no_fault(fwd_kvcache(d));
+}
+
 TEST(Fa2FuzzContents, GarbageIndexContentsDoNotFault) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  if (const char* on = std::getenv("FLASHATTN_FUZZ_CONTENTS"); on == nullptr || std::string(on) != "1")
-    GTEST_SKIP() << "opt-in: FLASHATTN_FUZZ_CONTENTS=1 (tools/gpu/fuzz.sh)";
-  const BreakScope contents{.contents_only = true};
-  for_each_case(kContents, 100, [&](std::mt19937_64& rng) {
-    Status st;
-    if (rng() % 2) {
-      const AttentionCase c = draw_attention_case(rng, kGpuScope);
-      SCOPED_TRACE(describe(c));
-      FwdCall call(c, rng, Backend::Fa2);
-      const Breakage broken = break_fwd(call.params, rng, contents);  // in the host tensors, before the upload
-      if (broken.arguments.empty()) return;  // no index tensor to break
-      SCOPED_TRACE("broken: " + broken.what);
-      gpu_test::DeviceCall device;
-      st = fwd(device.fwd(call.params));
-    } else {
-      const KvCase c = draw_kv_case(rng, kGpuScope);
-      SCOPED_TRACE(describe(c));
-      KvCall call(c, rng, Backend::Fa2);
-      const Breakage broken = break_kvcache(call.params, rng, contents);
-      if (broken.arguments.empty()) return;
-      SCOPED_TRACE("broken: " + broken.what);
-      gpu_test::DeviceCall device;
-      st = fwd_kvcache(device.kvcache(call.params));
+  for_each_case(kContents, 150, [](std::mt19937_64& rng) {
+    switch (rng() % 3) {
+      case 0: garbage_fwd(rng); break;
+      case 1: garbage_bwd(rng); break;
+      default: garbage_kvcache(rng); break;
     }
-    EXPECT_NE(st.code(), ErrorCode::CudaError) << st.message();
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "a kernel faulted";
-    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   });
 }
 
