@@ -109,7 +109,7 @@ TEST(IndexClamp, GarbageVarlenStaysInRows) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 2000; ++trial) {
     const int64_t batch = 1 + int64_t(rng() % 5), total_q = int64_t(rng() % 40), total_k = int64_t(rng() % 40);
-    std::vector<int32_t> cu_q(size_t(batch + 1)), cu_k(size_t(batch + 1)), used(size_t(batch));
+    std::vector<int32_t> cu_q(static_cast<size_t>(batch + 1)), cu_k(static_cast<size_t>(batch + 1)), used(static_cast<size_t>(batch));
     for (auto& v : cu_q) v = garbage(rng, total_q);
     for (auto& v : cu_k) v = garbage(rng, total_k);
     for (auto& v : used) v = garbage(rng, total_k);
@@ -158,7 +158,7 @@ TEST(IndexClamp, GarbageCacheStaysInCache) {
     const int64_t batch = 1 + int64_t(rng() % 4), page_size = 1 + int64_t(rng() % 8);
     const int64_t max_blocks = int64_t(rng() % 5), capacity = max_blocks * page_size;
     const int64_t pages = 1 + int64_t(rng() % 6), added = int64_t(rng() % 6);
-    std::vector<int32_t> seqlens(size_t(batch)), pad(size_t(batch)), table(size_t(batch * std::max<int64_t>(1, max_blocks)));
+    std::vector<int32_t> seqlens(static_cast<size_t>(batch)), pad(static_cast<size_t>(batch)), table(static_cast<size_t>(batch * std::max<int64_t>(1, max_blocks)));
     for (auto& v : seqlens) v = garbage(rng, capacity);
     for (auto& v : pad) v = garbage(rng, capacity);
     for (auto& v : table) v = garbage(rng, pages);
