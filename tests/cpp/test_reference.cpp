@@ -572,15 +572,19 @@ TEST(ReferenceProblem, VarlenAndPagedStorageMatchDenseRuns) {
   p.lens.seqlen_k = 7;
   p.lens.cu_seqlens_q = cu_q.data();
   p.lens.cu_seqlens_k = cu_k.data();
+  p.lens.total_q = 8;
+  p.lens.k_capacity = 4 * page;  // (the bounds index contents are clamped to: common/rows.h)
   p.q.data = q.data();
   p.q.row_stride = hq * d;
   p.q.head_stride = d;
   p.q.cu_seqlens = cu_q.data();
+  p.q.extent = 8;
   p.out = p.q;
   p.out.data = out.data();
   p.lse.data = lse.as<float>();
   p.lse.head_stride = 8;
   p.lse.cu_seqlens = cu_q.data();
+  p.lse.total = 8;
   for (RowsView* kv : {&p.k, &p.v}) {
     kv->batch_stride = page * hk * d;
     kv->row_stride = hk * d;
@@ -588,6 +592,7 @@ TEST(ReferenceProblem, VarlenAndPagedStorageMatchDenseRuns) {
     kv->block_table = block_table.data();
     kv->block_table_stride = 4;
     kv->page_size = page;
+    kv->extent = 7;
   }
   p.k.data = k_pages.data();
   p.v.data = v_pages.data();
@@ -824,6 +829,7 @@ TEST(ReferenceKvCache, PositionsFollowCacheSeqlensAndBatchIndex) {
   p.k = dense_rows(k_cache);
   p.v = dense_rows(v_cache);
   p.k.batch_index = p.v.batch_index = batch_idx.data();
+  p.k.extent = p.v.extent = 2;  // cache rows (the bound batch_index entries are clamped to)
   p.out = dense_rows(out);
   p.lens.seqlen_q = sq;
   p.lens.seqlen_k = cache_len;
