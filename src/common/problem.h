@@ -17,7 +17,9 @@ namespace flashattn {
 // Lengths read from index tensors are clamped into what the host knows is allocated (see rows.h):
 // a varlen sequence's rows lie within total_q / total_k and within seqlen_q (the bound the
 // workspaces are sized by), a paged sequence's keys within k_capacity, a cache's keys within its
-// capacity, seqused_k within the stored keys. Valid contents are unchanged.
+// capacity, seqused_k within the stored keys. Valid contents are unchanged. (The clamps run in 32
+// bits: the bounds fit int32, as the validated shapes and capacities do; 64-bit ones cost the
+// forward kernels registers.)
 struct SeqLens {
   int64_t seqlen_q = 0;  // dense length, or an upper bound (max_seqlen) with varlen
   int64_t seqlen_k = 0;  // likewise; a KV cache's capacity (key slots of one sequence)
@@ -33,43 +35,43 @@ struct SeqLens {
   int64_t k_capacity = 0;  // paged (not a KV cache): the rows a sequence's block table covers
 
   // First row of varlen query sequence b in q's rows.
-  FA_HD int64_t q_start(int64_t b) const { return clamp_index(cu_seqlens_q[b], 0, total_q); }
+  FA_HD int64_t q_start(int64_t b) const { return clamp_entry(cu_seqlens_q[b], 0, int32_t(total_q)); }
   FA_HD int64_t q(int64_t b) const {
     if (cu_seqlens_q == nullptr) return seqlen_q;
-    const int64_t first = q_start(b);
-    const int64_t rows = clamp_index(cu_seqlens_q[b + 1], first, total_q) - first;
-    return rows < seqlen_q ? rows : seqlen_q;
+    const int32_t first = clamp_entry(cu_seqlens_q[b], 0, int32_t(total_q));
+    const int32_t rows = clamp_entry(cu_seqlens_q[b + 1], first, int32_t(total_q)) - first;
+    return rows < int32_t(seqlen_q) ? rows : int32_t(seqlen_q);
   }
   // A KV cache (cache_seqlens or k_leftpad set).
   FA_HD bool is_cache() const { return cache_seqlens != nullptr || k_leftpad != nullptr; }
   // KV cache: the keys sequence b held before this call's appends (its first new position).
   FA_HD int64_t cache_length(int64_t b) const {
     if (cache_seqlens == nullptr) return 0;
-    return clamp_index(cache_seqlens[b], 0, seqlen_k > seqlen_k_added ? seqlen_k - seqlen_k_added : 0);
+    return clamp_entry(cache_seqlens[b], 0, seqlen_k > seqlen_k_added ? int32_t(seqlen_k - seqlen_k_added) : 0);
   }
   // KV cache: the end of sequence b's keys (a position; every slot without cache_seqlens).
   FA_HD int64_t cache_end(int64_t b) const {
     if (cache_seqlens == nullptr) return seqlen_k;
-    const int64_t end = cache_length(b) + seqlen_k_added;
-    return end < seqlen_k ? end : seqlen_k;
+    const int32_t end = int32_t(cache_length(b)) + int32_t(seqlen_k_added);  // (<= max(seqlen_k, added))
+    return end < int32_t(seqlen_k) ? end : int32_t(seqlen_k);
   }
   // The cache position of key 0 of sequence b (rotary positions and appends count from 0).
   FA_HD int64_t k_first_position(int64_t b) const {
-    return k_leftpad != nullptr ? clamp_index(k_leftpad[b], 0, cache_end(b)) : 0;
+    return k_leftpad != nullptr ? clamp_entry(k_leftpad[b], 0, int32_t(cache_end(b))) : 0;
   }
   // First row of varlen key sequence b in k's rows (not paged).
-  FA_HD int64_t k_start(int64_t b) const { return clamp_index(cu_seqlens_k[b], 0, total_k); }
+  FA_HD int64_t k_start(int64_t b) const { return clamp_entry(cu_seqlens_k[b], 0, int32_t(total_k)); }
   // The keys stored for sequence b (seqused_k may use fewer).
   FA_HD int64_t k_stored(int64_t b) const {
     if (is_cache()) return cache_end(b) - k_first_position(b);
     if (cu_seqlens_k == nullptr) return seqlen_k;
     if (k_capacity > 0) return clamp_index(int64_t(cu_seqlens_k[b + 1]) - cu_seqlens_k[b], 0, k_capacity);
-    const int64_t first = k_start(b);
-    return clamp_index(cu_seqlens_k[b + 1], first, total_k) - first;
+    const int32_t first = clamp_entry(cu_seqlens_k[b], 0, int32_t(total_k));
+    return clamp_entry(cu_seqlens_k[b + 1], first, int32_t(total_k)) - first;
   }
   FA_HD int64_t k(int64_t b) const {
     const int64_t stored = k_stored(b);
-    return seqused_k != nullptr ? clamp_index(seqused_k[b], 0, stored) : stored;
+    return seqused_k != nullptr ? clamp_entry(seqused_k[b], 0, int32_t(stored)) : stored;
   }
 
   // At least every sequence's query and key count, from what the host knows without trusting a

@@ -19,6 +19,12 @@ FA_HD int64_t clamp_index(int64_t v, int64_t lo, int64_t hi) {
   v = v > lo ? v : lo;
   return v < hi ? v : hi;
 }
+// The same in 32 bits, for index entries against bounds that fit int32 (the validated shapes'
+// dims and a cache's capacity do): one min and one max.
+FA_HD int32_t clamp_entry(int32_t v, int32_t lo, int32_t hi) {
+  v = v > lo ? v : lo;
+  return v < hi ? v : hi;
+}
 
 struct RowsView {
   void* data = nullptr;
@@ -39,16 +45,16 @@ struct RowsView {
   int64_t positions = 0;
 
   // First row of varlen sequence b (its rows end within extent: SeqLens::q, SeqLens::k).
-  FA_HD int64_t sequence_start(int64_t b) const { return clamp_index(cu_seqlens[b], 0, extent); }
+  FA_HD int64_t sequence_start(int64_t b) const { return clamp_entry(cu_seqlens[b], 0, int32_t(extent)); }
   // The cache sequence that holds sequence b.
-  FA_HD int64_t cache_sequence(int64_t b) const { return clamp_index(batch_index[b], 0, extent - 1); }
+  FA_HD int64_t cache_sequence(int64_t b) const { return clamp_entry(batch_index[b], 0, int32_t(extent) - 1); }
   // The page holding entry `index` of sequence b's block table.
   FA_HD int64_t page(int64_t b, int64_t index) const {
-    return clamp_index(block_table[b * block_table_stride + index], 0, extent - 1);
+    return clamp_entry(block_table[b * block_table_stride + index], 0, int32_t(extent) - 1);
   }
   // The cache position of row 0 of sequence b (0 without left padding).
   FA_HD int64_t first_position(int64_t b) const {
-    return row_offset != nullptr ? clamp_index(row_offset[b], 0, positions) : 0;
+    return row_offset != nullptr ? clamp_entry(row_offset[b], 0, int32_t(positions)) : 0;
   }
 
   // Offset in elements of (sequence b, position row, head h).
@@ -76,7 +82,7 @@ struct LseView {
   int64_t total = 0;  // varlen: the rows (cu_seqlens entries are clamped to them, as in RowsView)
 
   FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const {
-    if (cu_seqlens != nullptr) return h * head_stride + (clamp_index(cu_seqlens[b], 0, total) + row) * row_stride;
+    if (cu_seqlens != nullptr) return h * head_stride + (clamp_entry(cu_seqlens[b], 0, int32_t(total)) + row) * row_stride;
     return b * batch_stride + h * head_stride + row * row_stride;
   }
   FA_HD bool defined() const { return data != nullptr; }
