@@ -49,7 +49,7 @@ log_of() { echo "$logdir/fuzz-$(echo "$1" | sed 's/[^A-Za-z0-9]/_/g').log"; }
 fuzz_one() {
   local test="$1" cases="$2" log verdict=ok
   log="$(log_of "$test")"
-  FLASHATTN_FUZZ_SEED="$seed" FLASHATTN_FUZZ_CASES="$cases" FLASHATTN_FUZZ_CONTENTS=1 timeout "${FA_FUZZ_TIMEOUT:-3000}" \
+  FLASHATTN_FUZZ_SEED="$seed" FLASHATTN_FUZZ_CASES="$cases" timeout "${FA_FUZZ_TIMEOUT:-3000}" \
     "$binary" --gtest_filter="$test" >"$log" 2>&1 || verdict="FAILED (exit $?)"
   grep -q '^\[  PASSED  \] 1 test' "$log" || verdict="${verdict/ok/FAILED}"
   grep -q '\[  SKIPPED \]' "$log" && verdict="SKIPPED ($(grep -m1 -o 'no [a-z0-9 ]*device[^"]*' "$log" || true))"
@@ -79,7 +79,7 @@ sanitizer="$(command -v compute-sanitizer || true)"
 if [[ -x "$sanitizer" ]]; then
   log="$logdir/fuzz-contents-memcheck.log"
   verdict=ok
-  FLASHATTN_FUZZ_SEED="$seed" FLASHATTN_FUZZ_CASES="${FA_FUZZ_MEMCHECK_CASES:-60}" FLASHATTN_FUZZ_CONTENTS=1 \
+  FLASHATTN_FUZZ_SEED="$seed" FLASHATTN_FUZZ_CASES="${FA_FUZZ_MEMCHECK_CASES:-60}" \
     timeout 1800 "$sanitizer" --tool memcheck --error-exitcode 17 "$binary" \
     --gtest_filter='Fa2FuzzContents.*' >"$log" 2>&1 || verdict="FAILED (exit $?)"
   note "garbage index contents under memcheck: $verdict; $(grep -E 'ERROR SUMMARY' "$log" | tail -n1)"
