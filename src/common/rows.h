@@ -25,6 +25,10 @@ FA_HD int32_t clamp_entry(int32_t v, int32_t lo, int32_t hi) {
   v = v > lo ? v : lo;
   return v < hi ? v : hi;
 }
+// An index entry into n things (n fits int32): v when in [0, n), else 0, which exists whenever
+// anything is read (the host leaves no rows to read where n is 0). One compare against n, which
+// the kernels read from their parameters: no register held for a bound.
+FA_HD int32_t entry_below(int32_t v, int64_t n) { return uint32_t(v) < uint32_t(n) ? v : 0; }
 
 struct RowsView {
   void* data = nullptr;
@@ -47,10 +51,10 @@ struct RowsView {
   // First row of varlen sequence b (its rows end within extent: SeqLens::q, SeqLens::k).
   FA_HD int64_t sequence_start(int64_t b) const { return clamp_entry(cu_seqlens[b], 0, int32_t(extent)); }
   // The cache sequence that holds sequence b.
-  FA_HD int64_t cache_sequence(int64_t b) const { return clamp_entry(batch_index[b], 0, int32_t(extent) - 1); }
+  FA_HD int64_t cache_sequence(int64_t b) const { return entry_below(batch_index[b], extent); }
   // The page holding entry `index` of sequence b's block table.
   FA_HD int64_t page(int64_t b, int64_t index) const {
-    return clamp_entry(block_table[b * block_table_stride + index], 0, int32_t(extent) - 1);
+    return entry_below(block_table[b * block_table_stride + index], extent);
   }
   // The cache position of row 0 of sequence b (0 without left padding).
   FA_HD int64_t first_position(int64_t b) const {

@@ -218,13 +218,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // checks that they share the block table, page size and left padding).
   // (Pages and the left padding are clamped into the cache, as RowsView does: see rows.h.)
   const int first_position = kv_paged ? int(p.k.first_position(b)) : 0;
-  const int last_page = int(p.k.extent) - 1;
   const auto stage_tile_pages = [&](int tile) {
     const int key0 = tile * kBlockN, page_size = int(p.k.page_size);
     const int32_t* table = p.k.block_table + b * p.k.block_table_stride;
     for (int r = threadIdx.x; r < kBlockN; r += Config::kThreads)
       smem_pages[(tile & 1) * kBlockN + r] =
-          key0 + r < sk ? min(max(table[(first_position + key0 + r) / page_size], 0), last_page) : 0;
+          key0 + r < sk ? entry_below(table[(first_position + key0 + r) / page_size], p.k.extent) : 0;
   };
   const auto load_staged_kv = [&](int tile, int stage) {
     const int key0 = tile * kBlockN;

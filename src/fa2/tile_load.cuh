@@ -108,12 +108,11 @@ __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int6
   const int page_size = int(view.page_size);
   const int32_t* pages = view.block_table + b * view.block_table_stride;
   const int first = int(row0) + first_row + int(view.first_position(b));
-  const int last_page = int(view.extent) - 1;
   const int rows_left = int(rows_valid < kRows ? rows_valid : kRows) - first_row;  // rows i * kRowStep < rows_left
   int page[kSteps];
 #pragma unroll
   for (int i = 0; i < kSteps; ++i)
-    page[i] = i * kRowStep < rows_left ? min(max(pages[(first + i * kRowStep) / page_size], 0), last_page) : 0;
+    page[i] = i * kRowStep < rows_left ? entry_below(pages[(first + i * kRowStep) / page_size], view.extent) : 0;
   const Element* head_rows = base + head * view.head_stride + col;
   const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
   constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);

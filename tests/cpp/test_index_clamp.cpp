@@ -31,6 +31,12 @@ TEST(IndexClamp, ClampIndex) {
   EXPECT_EQ(clamp_index(-3, 0, 10), 0);
   EXPECT_EQ(clamp_index(INT32_MAX, 0, 10), 10);
   EXPECT_EQ(clamp_index(4, 0, -1), -1);  // an empty range: hi wins
+  EXPECT_EQ(clamp_entry(INT32_MIN, 0, 10), 0);
+  EXPECT_EQ(clamp_entry(INT32_MAX, 0, 10), 10);
+  EXPECT_EQ(entry_below(3, 4), 3);
+  EXPECT_EQ(entry_below(4, 4), 0);
+  EXPECT_EQ(entry_below(-1, 4), 0);
+  EXPECT_EQ(entry_below(INT32_MIN, 4), 0);
 }
 
 TEST(IndexClamp, ValidVarlenUnchanged) {
