@@ -36,10 +36,17 @@ struct SeqLens {
 
   // First row of varlen query sequence b in q's rows.
   FA_HD int64_t q_start(int64_t b) const { return clamp_entry(cu_seqlens_q[b], 0, int32_t(total_q)); }
-  FA_HD int64_t q(int64_t b) const {
+  // Rows of query sequence b within q's allocation. Enough for a kernel whose grid covers seqlen_q
+  // rows per sequence and that keeps no workspace sized by it (the FA3 forward: the clamp to
+  // seqlen_q costs its d64 fp8 kernels a spill).
+  FA_HD int64_t q_rows(int64_t b) const {
     if (cu_seqlens_q == nullptr) return seqlen_q;
     const int32_t first = clamp_entry(cu_seqlens_q[b], 0, int32_t(total_q));
-    const int32_t rows = clamp_entry(cu_seqlens_q[b + 1], first, int32_t(total_q)) - first;
+    return clamp_entry(cu_seqlens_q[b + 1], first, int32_t(total_q)) - first;
+  }
+  // Rows of query sequence b, also within seqlen_q (the bound the workspaces are sized by).
+  FA_HD int64_t q(int64_t b) const {
+    const int32_t rows = int32_t(q_rows(b));
     return rows < int32_t(seqlen_q) ? rows : int32_t(seqlen_q);
   }
   // A KV cache (cache_seqlens or k_leftpad set).
@@ -61,16 +68,25 @@ struct SeqLens {
   }
   // First row of varlen key sequence b in k's rows (not paged).
   FA_HD int64_t k_start(int64_t b) const { return clamp_entry(cu_seqlens_k[b], 0, int32_t(total_k)); }
-  // The keys stored for sequence b (seqused_k may use fewer).
-  FA_HD int64_t k_stored(int64_t b) const {
-    if (is_cache()) return cache_end(b) - k_first_position(b);
+  // The keys stored for sequence b as rows of k, dense or varlen (not a cache, not paged).
+  FA_HD int64_t k_rows(int64_t b) const {
     if (cu_seqlens_k == nullptr) return seqlen_k;
-    if (k_capacity > 0) return clamp_index(int64_t(cu_seqlens_k[b + 1]) - cu_seqlens_k[b], 0, k_capacity);
     const int32_t first = clamp_entry(cu_seqlens_k[b], 0, int32_t(total_k));
     return clamp_entry(cu_seqlens_k[b + 1], first, int32_t(total_k)) - first;
   }
-  FA_HD int64_t k(int64_t b) const {
-    const int64_t stored = k_stored(b);
+  // The keys stored for sequence b (seqused_k may use fewer).
+  FA_HD int64_t k_stored(int64_t b) const {
+    if (is_cache()) return cache_end(b) - k_first_position(b);
+    if (cu_seqlens_k != nullptr && k_capacity > 0)
+      return clamp_index(int64_t(cu_seqlens_k[b + 1]) - cu_seqlens_k[b], 0, k_capacity);
+    return k_rows(b);
+  }
+  // The keys of sequence b that attention uses.
+  FA_HD int64_t k(int64_t b) const { return used_keys(b, k_stored(b)); }
+  // k(b) where k is stored as rows (dense or varlen), the only layouts the FA3 kernels take: the
+  // cache and page code left out costs their 24-register producers no spill.
+  FA_HD int64_t k_of_rows(int64_t b) const { return used_keys(b, k_rows(b)); }
+  FA_HD int64_t used_keys(int64_t b, int64_t stored) const {
     return seqused_k != nullptr ? clamp_entry(seqused_k[b], 0, int32_t(stored)) : stored;
   }
 

@@ -39,7 +39,7 @@ __device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows
   blk.key0 = blk.n * kBlockN;
   blk.stored_k = p.lens.cu_seqlens_k != nullptr ? p.lens.cu_seqlens_k[blk.b + 1] - p.lens.cu_seqlens_k[blk.b] : int(p.lens.seqlen_k);
   blk.sq = int(p.lens.q(blk.b));
-  blk.sk = int(p.lens.k(blk.b));
+  blk.sk = int(p.lens.k_of_rows(blk.b));
   blk.keys_used = blk.sk - blk.key0 < 0 ? 0 : (blk.sk - blk.key0 < kBlockN ? blk.sk - blk.key0 : kBlockN);
   blk.heads_per_group = int(p.heads_q) / int(p.heads_k);  // 32-bit: no 64-bit division call
   blk.m_begin = blk.m_end = 0;

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // Each consumer warp releases a stage (after its wgmma wait, so all its lanes are done with it).
   constexpr uint32_t kConsumerWarps = 4 * Config::kConsumers;
   extern __shared__ unsigned char smem_raw[];
-  __shared__ int tile_slots[2];
+  __shared__ int tile_slots[3];
   const FwdSmem<Config> sm(reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)),
                            tile_slots);
   const int warpgroup = threadIdx.x / 128;

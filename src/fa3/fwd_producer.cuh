@@ -55,7 +55,7 @@ __device__ __forceinline__ void fwd_produce(const FwdMaps& maps, const AttnProbl
       break;
     }
     const int w = grid.section_shift > 0 ? scheduled_tile(grid, n) : n;
-    const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
+    const WorkTile wt = work_tile<kBlockM, kBlockN, Config::kFp8>(p, grid, w);
     if (!wt.valid) continue;
     sm90::mbarrier_wait(q_empty, (done & 1u) ^ 1u);
     // The previous tile's O staged in the V ring must have been read by its stores before this
@@ -65,6 +65,7 @@ __device__ __forceinline__ void fwd_produce(const FwdMaps& maps, const AttnProbl
     const bool o_staging_busy = maps.o_by_tma && done > 0;
     if (o_staging_busy && wt.tile_begin == wt.tile_end) sm90::mbarrier_wait(o_empty, (done - 1) & 1u);
     sm90::st_shared_s32(tile_slot(done), w);
+    if constexpr (Config::kFp8) sm90::st_shared_s32(sm.producer_keys_slot(), wt.sk);
     const int q_first = varlen ? p.lens.cu_seqlens_q[wt.b] : 0;
     const int k_first = varlen ? p.lens.cu_seqlens_k[wt.b] : 0;
     const int batch_coord = varlen ? 0 : int(wt.b);
@@ -85,10 +86,10 @@ __device__ __forceinline__ void fwd_produce(const FwdMaps& maps, const AttnProbl
       if constexpr (Config::kFp8) {
         sm90::mbarrier_wait(&pipe->empty[st.stage], st.phase ^ 1u);
         if (is_v) {
-          // Only the last key tile can be partial. Its sequence comes again from the tile slot:
-          // keeping the key count from the top of the tile costs the 24-register producer a spill.
+          // Only the last key tile can be partial. Its key count comes back from shared memory:
+          // kept in a register from the top of the tile it costs the 24-register producer a spill.
           int keys = kBlockN;
-          if (tile == wt.tile_end - 1) keys = int(p.lens.k(tile_head(p, grid, sm90::ld_shared_s32(tile_slot(done))).b)) - tile * kBlockN;
+          if (tile == wt.tile_end - 1) keys = sm90::ld_shared_s32(sm.producer_keys_slot()) - tile * kBlockN;
           sm90::st_shared_s32(sm90::smem_u32(&sm.v_keys[st.stage]), keys);
         }
         sm90::mbarrier_arrive_expect_tx(&pipe->full[st.stage], uint32_t(elements * sizeof(Element)));

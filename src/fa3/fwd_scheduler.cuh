@@ -64,19 +64,28 @@ __device__ __forceinline__ int scheduled_tile(const FwdGrid& grid, int n) {
   return scheduled_tile(grid.row_blocks, grid.section_shift, n);
 }
 
-template <int kBlockM, int kBlockN>
+// kNarrowIndex: the visible keys in 32 bits, which the 24-register fp8 producers need (the
+// consumers' allocation prefers the 64-bit form).
+template <int kBlockM, int kBlockN, bool kNarrowIndex = false>
 __device__ __forceinline__ WorkTile work_tile(const AttnProblem& p, const FwdGrid& grid, int w) {
   WorkTile t;
   const TileHead head = tile_head(p, grid, w);
   t.row0 = (grid.row_blocks - 1 - head.rank) * kBlockM;
   t.h = head.h;
   t.b = head.b;
-  t.sq = int(p.lens.q(t.b));
+  t.sq = int(p.lens.q_rows(t.b));  // (rows past seqlen_q have no tile)
   t.sk = int(p.lens.k(t.b));
   t.valid = t.row0 < t.sq;
-  const KeyRange keys = visible_keys(p.mask, t.row0, t.row0 + min(kBlockM, t.sq - t.row0), t.sq, t.sk);
-  t.tile_begin = int(keys.begin / kBlockN);
-  t.tile_end = keys.empty() ? t.tile_begin : int((keys.end + kBlockN - 1) / kBlockN);
+  if constexpr (kNarrowIndex) {  // (the launch clamps the windows and keeps rows + keys below 2^31)
+    const int begin = row_keys_32(p.mask, t.row0, t.sq, t.sk).begin;
+    const int end = row_keys_32(p.mask, t.row0 + min(kBlockM, t.sq - t.row0) - 1, t.sq, t.sk).end;
+    t.tile_begin = begin / kBlockN;
+    t.tile_end = !t.valid || end <= begin ? t.tile_begin : (end + kBlockN - 1) / kBlockN;
+  } else {
+    const KeyRange keys = visible_keys(p.mask, t.row0, t.row0 + min(kBlockM, t.sq - t.row0), t.sq, t.sk);
+    t.tile_begin = int(keys.begin / kBlockN);
+    t.tile_end = keys.empty() ? t.tile_begin : int((keys.end + kBlockN - 1) / kBlockN);
+  }
   return t;
 }
 

@@ -46,6 +46,7 @@ struct FwdSmem {
   // (cheaper than keeping the tile in a register through the loop), and the producer writes that
   // slot again only for tile n + 2, after Q of tile n + 1 was released. The mbarrier arrive
   // (release) and wait (acquire) order the accesses. A static shared array: a constant address.
+  // Slot 2 is the producer's own: the key count of its current tile.
   int* tile_slots;
 
   // `smem`: the dynamic shared memory, 1024-byte aligned.
@@ -66,6 +67,7 @@ struct FwdSmem {
     }
   }
   __device__ __forceinline__ uint32_t tile_slot(uint32_t n) const { return sm90::smem_u32(&tile_slots[n & 1u]); }
+  __device__ __forceinline__ uint32_t producer_keys_slot() const { return sm90::smem_u32(&tile_slots[2]); }
 };
 
 }  // namespace flashattn::fa3
