@@ -8,6 +8,7 @@
 #                    FLASHATTN_FUZZ_SEED=<seed> FLASHATTN_FUZZ_CASES=1 build-gpu/tests/cpp/flashattn_gpu_tests --gtest_filter=<test>
 #   FA_FUZZ_SCALE=K  K times the counts below (e.g. 0.1 for a quick look; >= 1 for the minimums)
 #   FA_FUZZ_JOBS=N   runs at a time (default 6: the reference runs on the CPU)
+#   FA_FUZZ_BINARY=P a flashattn_gpu_tests built elsewhere (no build here)
 # Exit status: 0 when every run passed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
@@ -24,13 +25,16 @@ scale="${FA_FUZZ_SCALE:-1}"
 jobs="${FA_FUZZ_JOBS:-6}"
 note "fuzz seed: $seed (FA_FUZZ_SEED=$seed replays this run), scale $scale"
 
-fa_ensure_deps 1 >"$logdir/build.log" 2>&1
 fa_setup_path
-if ! fa_gpu_configure "$logdir/build.log" ON >/dev/null || ! fa_build "$FA_GPU_BUILD" flashattn_gpu_tests >>"$logdir/build.log" 2>&1; then
-  note "build: FAILED (see build.log)"
-  exit 1
+binary="${FA_FUZZ_BINARY:-$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests}"
+if [[ -z "${FA_FUZZ_BINARY:-}" ]]; then
+  fa_ensure_deps 1 >"$logdir/build.log" 2>&1
+  if ! fa_gpu_configure "$logdir/build.log" ON >/dev/null || ! fa_build "$FA_GPU_BUILD" flashattn_gpu_tests >>"$logdir/build.log" 2>&1; then
+    note "build: FAILED (see build.log)"
+    exit 1
+  fi
 fi
-binary="$FA_GPU_BUILD/tests/cpp/flashattn_gpu_tests"
+[[ -x "$binary" ]] || { note "no test binary at $binary"; exit 1; }
 
 # test : cases (at scale 1). FA2: 10,000 valid + 10,000 broken; FA3: the same.
 runs=(

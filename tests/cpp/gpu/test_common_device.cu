@@ -420,19 +420,23 @@ TEST(CommonDevice, RowsViewOffsetsMatchTheHostForEveryLayout) {
     v.dense.head_stride = kDim;
     v.batch_indexed = v.dense;
     v.batch_indexed.batch_index = bidx;
+    v.batch_indexed.extent = 2 * kBatch;  // (the bounds the entries are clamped to: rows.h)
     v.varlen.row_stride = kHeads * kDim;
     v.varlen.head_stride = kDim;
     v.varlen.cu_seqlens = cu;
+    v.varlen.extent = cu_seqlens.back();
     v.paged.batch_stride = kPageSize * kHeads * kDim;
     v.paged.row_stride = kHeads * kDim;
     v.paged.head_stride = kDim;
     v.paged.block_table = table;
     v.paged.block_table_stride = kTableStride;
     v.paged.page_size = kPageSize;
+    v.paged.extent = int64_t(pages.size());
     v.lse_dense.batch_stride = kHeads * 100000;
     v.lse_dense.head_stride = 100000;
     v.lse_varlen.head_stride = cu_seqlens.back();
     v.lse_varlen.cu_seqlens = cu;
+    v.lse_varlen.total = cu_seqlens.back();
     return v;
   };
   const Views host_views = make_views(cu_seqlens.data(), batch_index.data(), block_table.data());
@@ -477,10 +481,16 @@ TEST(CommonDevice, RowsViewOffsetsMatchTheHostForEveryLayout) {
 
   // The host side itself addresses what the layouts promise (so agreement means correctness).
   for (const RowQuery& q : queries) {
-    if (q.layout != Layout::Paged) continue;
-    const int64_t page = block_table[q.b * kTableStride + q.row / kPageSize];
-    ASSERT_EQ(host_views.paged.offset(q.b, q.row, q.h),
-              ((page * kPageSize) + q.row % kPageSize) * kHeads * kDim + q.h * kDim);
+    if (q.layout == Layout::Paged) {
+      const int64_t page = block_table[q.b * kTableStride + q.row / kPageSize];
+      ASSERT_EQ(host_views.paged.offset(q.b, q.row, q.h),
+                ((page * kPageSize) + q.row % kPageSize) * kHeads * kDim + q.h * kDim);
+    } else if (q.layout == Layout::Varlen) {
+      ASSERT_EQ(host_views.varlen.offset(q.b, q.row, q.h), (cu_seqlens[q.b] + q.row) * kHeads * kDim + q.h * kDim);
+    } else if (q.layout == Layout::BatchIndexed) {
+      ASSERT_EQ(host_views.batch_indexed.offset(q.b, q.row, q.h),
+                batch_index[q.b] * host_views.dense.batch_stride + q.row * host_views.dense.row_stride + q.h * kDim);
+    }
   }
 }
 
