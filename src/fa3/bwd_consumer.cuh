@@ -146,9 +146,7 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
 // The consumer warpgroup's whole part: the steps, then dK and dV to global memory.
 template <typename Config>
 __device__ __forceinline__ void bwd_consumer(const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
-  using Element = typename Config::Element;
   constexpr int kHeadDim = Config::kHeadDim, kAccRegs = kHeadDim / 2;
-  const AttnProblem& p = args.problem.fwd;
   BwdThread th;
   th.consumer = int(threadIdx.x / 128) - 1;
   th.warp = int(threadIdx.x % 128) / 32;

@@ -1,15 +1,18 @@
-// The FA3 backward's dQ writer (warp 1 of the producer warpgroup): per step, each consumer
-// warpgroup stages its fp32 dQ chunk in shared memory and the writer adds it to the workspace with
-// one bulk reduction (cp.reduce.async.bulk), so the consumers never wait for global memory. In the
-// deterministic mode it first waits until the key blocks before this one (bwd_add_rank) have added
-// to the row block, and counts its own adds once they are complete.
+// The FA3 backward's dQ writers: warps 1 and 2 of the producer warpgroup, writer warp 1 + c for
+// consumer warpgroup c. Per step that consumer stages its fp32 dQ chunk in shared memory and its
+// writer adds it to the workspace with one bulk reduction (cp.reduce.async.bulk), so the
+// consumers never wait for global memory. In the deterministic mode a writer first waits until
+// the key blocks before this one (bwd_add_rank) have added to the row block, and counts its own
+// add once it is complete. One warp per consumer buffer: a deterministic add's wait for its
+// completion and the release of its count then overlap the other buffer's add, instead of
+// serialising every chunk of the CTA behind one warp.
 //
 // Hand-over through named barriers of 128 consumer + 32 writer threads: kDqFull + c (chunk c
-// staged: the consumers arrive, the writer syncs) and kDqEmpty + c (its reads done: the writer
-// arrives, the consumers sync before the next chunk). The writer arrives on kDqEmpty once before
-// the first step and after every step but the last, so arrivals and syncs pair up exactly. With
-// the alternate dQ (BwdConfig::kDqAlternate) chunk c comes from steps c, c + 2, ... only
-// (bwd_write_dq_alternate).
+// staged: the consumer arrives, writer c syncs) and kDqEmpty + c (its reads done: writer c
+// arrives, the consumer syncs before its next chunk). Writer c arrives on kDqEmpty + c once
+// before its first step and after every step of its but the last, so arrivals and syncs pair up
+// exactly. With the alternate dQ (BwdConfig::kDqAlternate) consumer c computes the whole chunk of
+// steps c, c + 2, ... only, and so writer c handles those steps.
 #pragma once
 
 #include <cstdint>
@@ -24,149 +27,133 @@
 namespace flashattn::fa3 {
 
 inline constexpr uint32_t kBwdDqFullBarrier = 2, kBwdDqEmptyBarrier = 4, kBwdDqBarrierThreads = 128 + 32;
-// Wide kernels (BwdConfig::kWide), deterministic mode: the consumers add dQ themselves; the
-// writer warp orders them (go: the key blocks before have added; done: this CTA's adds fenced).
+// Wide kernels (BwdConfig::kWide), deterministic mode: the consumers add dQ themselves; writer 0
+// lets them start a step's adds (go: the key blocks before have added), writer 1 counts the step
+// once they have issued them (done). Each barrier is synced by 256 consumer + 32 writer threads.
 inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqDoneBarrier = 4, kBwdDqOrderThreads = 256 + 32;
 
-// The wide kernels' dQ order (deterministic mode), in the writer warp: per step, wait for the row
-// block's earlier key blocks, let the consumers add, and count this block once they are done.
-template <typename Config>
-__device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk) {
-  const AttnProblem& p = args.problem.fwd;
-  const int lane = threadIdx.x % 32;
-  auto order_step = [&](int64_t bh, int m) {
-    int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
-    if (lane == 0) gpu::bwd_wait_counter(semaphore, bwd_add_rank<Config::kBlockM, Config::kBlockN>(p.mask, blk, m * Config::kBlockM, args.descending));
-    __syncwarp();
-    sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqOrderThreads);
-    sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
-    if (lane == 0) {
-      __threadfence();  // the consumers' fenced adds, seen through the barrier, before the count moves
-      gpu::bwd_signal_counter(semaphore);
-    }
-    __syncwarp();
-  };
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
-    for (int m = blk.m_begin; m < blk.m_end; ++m) order_step(bh, m);
-  }
+// The row block that step `step` of the block adds to: query head g of the GQA group (outer),
+// row block m (inner), as bwd_for_each_step walks them; bh = sequence x query heads + head.
+struct BwdStepRows {
+  int64_t bh;
+  int m;
+};
+__device__ __forceinline__ BwdStepRows bwd_step_rows(const AttnProblem& p, const BwdBlock& blk, int step) {
+  const int rows = blk.m_end - blk.m_begin;
+  const int g = step / rows;
+  return {int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g, blk.m_begin + (step - g * rows)};
 }
 
-// One staged chunk added to the workspace.
-template <typename Config>
-__device__ __forceinline__ void bwd_add_chunk(float* dst, uint32_t stage_addr) {
-  const float* src = reinterpret_cast<const float*>(__cvta_shared_to_generic(stage_addr));
-  sm90::bulk_reduce_add(dst, src, Config::kDqBytes);
+__device__ __forceinline__ int* bwd_dq_semaphore(const BwdArgs& args, const BwdStepRows& r) {
+  return args.dq_semaphores + r.bh * (args.rows_padded / 64) + r.m;
 }
 
-// Deterministic mode, before a row block's add: the key blocks before this one have added.
+// Deterministic mode, one lane: the count a writer waits for before adding to a row block. Each
+// key block counts kCounts per row block (one per writer warp that adds to it); with chunks that
+// add to the same elements (kDqSplitKeys) chunk c also waits for this block's chunks before it.
 template <typename Config>
-__device__ __forceinline__ void bwd_wait_dq_turn(const BwdArgs& args, const BwdBlock& blk, int* semaphore, int row0, int lane) {
-  if (lane == 0) {
-    gpu::bwd_wait_counter(semaphore, bwd_add_rank<Config::kBlockM, Config::kBlockN>(args.problem.fwd.mask, blk, row0, args.descending));
-    sm90::fence_async_global();  // the earlier blocks' adds, seen through the acquire, before ours
-  }
-  __syncwarp();
+__device__ __forceinline__ int bwd_dq_turn(const BwdArgs& args, const BwdBlock& blk, int m, int c) {
+  constexpr int kCounts = Config::kDqAlternate || Config::kWide ? 1 : Config::kConsumers;
+  const int rank = bwd_add_rank<Config::kBlockM, Config::kBlockN>(args.problem.fwd.mask, blk, m * Config::kBlockM, args.descending);
+  return rank * kCounts + (Config::kDqSplitKeys ? c : 0);
 }
 
-// Deterministic mode, after a row block's adds were issued: count this key block once they are complete.
-__device__ __forceinline__ void bwd_signal_dq_done(int* semaphore, int lane) {
-  if (lane == 0) {
-    sm90::tma_store_wait();  // the adds complete in global memory
-    __threadfence();
-    gpu::bwd_signal_counter(semaphore);
-  }
-  __syncwarp();
+// One lane: a strong read of a count, issued early so that its latency overlaps other waits. It
+// acquires only together with a later fence (bwd_release_count's): a relaxed read followed by a
+// fence is an acquire pattern.
+__device__ __forceinline__ int bwd_peek_count(const int* counter) {
+  int value;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+  return value;
 }
 
-// The alternate dQ's writer: one chunk per step, staged by warpgroup c = step % 2 in its buffer.
-// Buffer c's kDqEmpty arrivals: once before warpgroup c's first step, then after each of its
-// steps but its last (step + 2 >= steps), as many as the warpgroup's syncs.
+// One lane, after the barrier that ordered this CTA's adds before it: count them.
+__device__ __forceinline__ void bwd_release_count(int* counter) {
+  __threadfence();
+  gpu::bwd_signal_counter(counter);
+}
+
+// Writer warp c: the chunks of consumer warpgroup c, each added with one bulk reduction.
 template <typename Config>
-__device__ __forceinline__ void bwd_write_dq_alternate(const BwdArgs& args, const BwdBlock& blk, uint32_t dq_stage_addr) {
+__device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const BwdBlock& blk, uint32_t stage_addr, int c) {
+  constexpr int kStride = Config::kDqAlternate ? 2 : 1;  // this writer's steps: c, c + 2, ... or all
   const AttnProblem& p = args.problem.fwd;
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
-  sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
-  if (steps > 1) sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
-  int step = 0;
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
-    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) {
-      const int row0 = m * Config::kBlockM;
-      int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
-      if (args.deterministic) bwd_wait_dq_turn<Config>(args, blk, semaphore, row0, lane);
-      const bool odd = step & 1;
-      if (odd) sm90::named_barrier_sync(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
-      else sm90::named_barrier_sync(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
+  const int first = Config::kDqAlternate ? c : 0;
+  if (first >= steps) return;
+  // This chunk's place in a row block: rows 64 qb, columns cb * kDqCols (bwd_config.h).
+  const int qb = Config::kDqOneChunk ? 0 : c / Config::kDqColChunks, cb = Config::kDqOneChunk ? 0 : c % Config::kDqColChunks;
+  int peeked = -1;  // deterministic mode: the next step's count, read before the last release
+  sm90::named_barrier_arrive_of<kBwdDqEmptyBarrier, kBwdDqBarrierThreads>(c);
+  for (int step = first; step < steps; step += kStride) {
+    const BwdStepRows r = bwd_step_rows(p, blk, step);
+    int* semaphore = args.dq_semaphores != nullptr ? bwd_dq_semaphore(args, r) : nullptr;
+    if (args.deterministic) {
       if (lane == 0) {
-        float* dst = args.dq_accum + dq_chunk_offset(bh * args.rows_padded + row0, 0, Config::kDqCols, Config::kHeadDim);
-        bwd_add_chunk<Config>(dst, dq_stage_addr + odd * Config::kDqBytes);
-        sm90::tma_store_commit();
-        sm90::tma_store_wait_read();
+        const int turn = bwd_dq_turn<Config>(args, blk, r.m, c);
+        if (peeked < turn) gpu::bwd_wait_counter(semaphore, turn);
+        sm90::fence_async_global();  // the earlier blocks' adds, seen through the acquire, before ours
       }
       __syncwarp();
-      if (step + 2 < steps) {
-        if (odd) sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
-        else sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
+    }
+    sm90::named_barrier_sync_of<kBwdDqFullBarrier, kBwdDqBarrierThreads>(c);
+    if (lane == 0) {
+      float* dst = args.dq_accum + dq_chunk_offset(r.bh * args.rows_padded + r.m * Config::kBlockM + 64 * qb, cb * Config::kDqCols,
+                                                   Config::kDqCols, Config::kHeadDim);
+      sm90::bulk_reduce_add(dst, reinterpret_cast<const float*>(__cvta_shared_to_generic(stage_addr)), Config::kDqBytes);
+      sm90::tma_store_commit();
+      sm90::tma_store_wait_read();
+    }
+    __syncwarp();
+    const bool more = step + kStride < steps;
+    if (more) sm90::named_barrier_arrive_of<kBwdDqEmptyBarrier, kBwdDqBarrierThreads>(c);
+    if (args.deterministic) {
+      if (lane == 0) {
+        peeked = more ? bwd_peek_count(bwd_dq_semaphore(args, bwd_step_rows(p, blk, step + kStride))) : -1;
+        sm90::tma_store_wait();  // the add complete in global memory
+        bwd_release_count(semaphore);
       }
-      if (args.deterministic) bwd_signal_dq_done(semaphore, lane);
+      __syncwarp();
     }
   }
   if (lane == 0) sm90::tma_store_wait();
 }
 
+// The wide kernels' dQ order (deterministic mode). Writer 0 (go): per step, wait until the row
+// block's earlier key blocks have added, then let the consumers add. Writer 1 (done): per step,
+// once the consumers have issued their adds, count this block. Their reductions are released by
+// this writer's fence: the barrier orders them before it (cumulativity, as CUTLASS's
+// GenericBarrier relies on), so the consumers never wait for their own adds.
 template <typename Config>
-__device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock& blk, uint32_t dq_stage_addr) {
-  static_assert(Config::kConsumers == 2, "the barrier ids below");
-  constexpr int kBlockM = Config::kBlockM;
+__device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk, int c) {
   const AttnProblem& p = args.problem.fwd;
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
-  if (steps == 0) return;
-  if constexpr (Config::kWide) {  // the consumers add dQ themselves
-    if (args.deterministic) bwd_order_dq_wide<Config>(args, blk);
-    return;
-  }
-  if constexpr (Config::kDqAlternate) {
-    bwd_write_dq_alternate<Config>(args, blk, dq_stage_addr);
-    return;
-  }
-  sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
-  sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
-  int step = 0;
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int64_t bh = int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g;
-    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) {
-      const int row0 = m * kBlockM;
-      int* semaphore = args.dq_semaphores + bh * (args.rows_padded / 64) + m;
-      if (args.deterministic) bwd_wait_dq_turn<Config>(args, blk, semaphore, row0, lane);
-      const int64_t ws_row = bh * args.rows_padded + row0;
-#pragma unroll
-      for (int c = 0; c < Config::kConsumers; ++c) {
-        if (c == 0) sm90::named_barrier_sync(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
-        else sm90::named_barrier_sync(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
-        if (lane == 0) {
-          // (split by keys: both chunks add to the same rows; in the deterministic mode the first
-          // add completes before the second starts, so the order is fixed)
-          if (Config::kDqSplitKeys && c > 0 && args.deterministic) sm90::tma_store_wait();
-          const int qb = Config::kDqSplitKeys ? 0 : c / Config::kDqColChunks, cb = Config::kDqSplitKeys ? 0 : c % Config::kDqColChunks;
-          float* dst = args.dq_accum + dq_chunk_offset(ws_row + 64 * qb, cb * Config::kDqCols, Config::kDqCols, Config::kHeadDim);
-          bwd_add_chunk<Config>(dst, dq_stage_addr + c * Config::kDqBytes);
-          sm90::tma_store_commit();
-        }
-      }
-      const bool last = step + 1 == steps;
-      if (lane == 0) sm90::tma_store_wait_read_pending<1>();
+  for (int step = 0; step < steps; ++step) {
+    const BwdStepRows r = bwd_step_rows(p, blk, step);
+    if (c == 0) {
+      if (lane == 0) gpu::bwd_wait_counter(bwd_dq_semaphore(args, r), bwd_dq_turn<Config>(args, blk, r.m, 0));
       __syncwarp();
-      if (!last) sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
-      if (lane == 0) sm90::tma_store_wait_read_pending<0>();
+      sm90::named_barrier_sync(kBwdDqGoBarrier, kBwdDqOrderThreads);
+    } else {
+      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
+      if (lane == 0) bwd_release_count(bwd_dq_semaphore(args, r));
       __syncwarp();
-      if (!last) sm90::named_barrier_arrive(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
-      if (args.deterministic) bwd_signal_dq_done(semaphore, lane);
     }
   }
-  if (lane == 0) sm90::tma_store_wait();
+}
+
+// Writer warp c's whole part (c = warp - 1 of the producer warpgroup).
+template <typename Config>
+__device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock& blk, uint32_t dq_stage_addr, int c) {
+  static_assert(Config::kConsumers == 2, "the barrier ids above");
+  if (blk.steps() == 0) return;
+  if constexpr (Config::kWide) {  // the consumers add dQ themselves
+    if (args.deterministic) bwd_order_dq_wide<Config>(args, blk, c);
+  } else {
+    bwd_write_dq_chunks<Config>(args, blk, dq_stage_addr + c * Config::kDqBytes, c);
+  }
 }
 
 }  // namespace flashattn::fa3

@@ -1,6 +1,6 @@
 // FlashAttention-3 backward main kernel (sm90a): TMA loads on mbarrier rings, wgmma, warp
 // specialisation. The roles: bwd_block.cuh (the CTA's work), bwd_producer.cuh (loads),
-// bwd_dq_writer.cuh (dQ bulk reductions), bwd_consumer.cuh (the GEMMs, P and dS, dK/dV out;
+// bwd_dq_writer.cuh (dQ bulk reductions, warps 1 and 2), bwd_consumer.cuh (the GEMMs, P and dS, dK/dV out;
 // head dims over 128: bwd_consumer_wide.cuh), bwd_step_math.cuh (what both consumers share).
 // The preprocess (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the dQ conversion bwd_launch.cu.
 #pragma once
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
       const BwdBlock blk = block();
       if (blk.steps() > 0) bwd_produce<Config>(maps, args, blk, sm);
     }
-    if (warp == 1) bwd_write_dq<Config>(args, block(), sm.addr(Config::kOffsetDq));
+    if (warp == 1 || warp == 2) bwd_write_dq<Config>(args, block(), sm.addr(Config::kOffsetDq), warp - 1);
     return;
   }
   sm90::warpgroup_registers_increase<Config::kConsumerRegisters>();
