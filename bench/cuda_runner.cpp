@@ -129,11 +129,14 @@ class CudaRunner final : public Runner {
     views.dv = dv.view();
     const BwdParams bp = make_bwd_params(s, views, settings_.backend, stream_, settings_.deterministic);
     std::function<Status()> call = [&] { return bwd(bp); };
-    if (!settings_.fa3_bwd_variant.empty()) {
+    if (!settings_.fa3_bwd_variant.empty() || !settings_.fa3_bwd_plan.empty()) {
+      api::Fa3BwdOverride change;
       std::string why;
-      const fa3::BwdKernel kernel = *fa3::parse_bwd_kernel(settings_.fa3_bwd_variant, &why);  // (options checked it)
-      if (!(st = api::bwd_fa3_forced(bp, kernel)).ok()) return skipped_plan(st);
-      call = [&bp, kernel] { return api::bwd_fa3_forced(bp, kernel); };
+      if (!settings_.fa3_bwd_variant.empty()) change.kernel = *fa3::parse_bwd_kernel(settings_.fa3_bwd_variant, &why);  // (checked)
+      if (const auto it = settings_.fa3_bwd_plan.values.find("section_mb"); it != settings_.fa3_bwd_plan.values.end())
+        change.section_mb = it->second;
+      if (!(st = api::bwd_fa3_forced(bp, change)).ok()) return skipped_plan(st);
+      call = [&bp, change] { return api::bwd_fa3_forced(bp, change); };
     }
     if (!settings_.fa2_bwd_plan.empty()) {
       BwdProblem problem;

@@ -63,6 +63,7 @@ std::optional<Plan> make_plan(const fb::Options& o, std::string* error) {
   plan.settings.fa2_fwd_plan = o.fa2_fwd_plan;
   plan.settings.fa2_bwd_plan = o.fa2_bwd_plan;
   plan.settings.fa3_fwd_plan = o.fa3_fwd_plan;
+  plan.settings.fa3_bwd_plan = o.fa3_bwd_plan;
   plan.settings.fa3_bwd_variant = o.fa3_bwd_variant;
   if (plan.on_gpu) {
     plan.device = fb::cuda_device_description(o.device);

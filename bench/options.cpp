@@ -72,6 +72,9 @@ score-matrix memory and the max |difference| of the outputs.
                                block_n, consumers=2|3, pingpong=0|1, tma_store=0|1 (O by TMA
                                stores), section_mb=N (the dynamic schedule's sections; 0 = one head
                                each); e.g. pingpong=0,block_n=144
+  --fa3-bwd-plan K=V[,K=V...]  with --backend fa3: the FA3 backward's plan (src/fa3/bwd_plan.h):
+                               section_mb=N (the CTA order's sections of (sequence, kv head)
+                               groups; 0 = one group after another); e.g. section_mb=0
   --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
                                (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap;
                                calls where it is not built are skipped)
@@ -240,6 +243,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
       {"--fa2-fwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa2Fwd, v, &o.fa2_fwd_plan); }},
       {"--fa2-bwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa2Bwd, v, &o.fa2_bwd_plan); }},
       {"--fa3-fwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa3Fwd, v, &o.fa3_fwd_plan); }},
+      {"--fa3-bwd-plan", [&](const std::string& v) { return set_plan_flags(PlanFamily::Fa3Bwd, v, &o.fa3_bwd_plan); }},
       {"--fa3-bwd-variant",
        [&](const std::string& v) {
          std::string why;
@@ -303,8 +307,8 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
     *error = "--fa2-fwd-plan and --fa2-bwd-plan need --backend fa2";
     return std::nullopt;
   }
-  if ((!o.fa3_fwd_plan.empty() || !o.fa3_bwd_variant.empty()) && o.backend != BackendChoice::Fa3) {
-    *error = "--fa3-fwd-plan and --fa3-bwd-variant need --backend fa3";
+  if ((!o.fa3_fwd_plan.empty() || !o.fa3_bwd_plan.empty() || !o.fa3_bwd_variant.empty()) && o.backend != BackendChoice::Fa3) {
+    *error = "--fa3-fwd-plan, --fa3-bwd-plan and --fa3-bwd-variant need --backend fa3";
     return std::nullopt;
   }
   if (o.dtype == DType::F8E4M3 && o.filter.direction != Direction::Fwd) {

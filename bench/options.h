@@ -28,8 +28,9 @@ struct Options {
   bool naive = true;
   bool deterministic = false;  // --deterministic: the backward's deterministic mode
   int device = 0;  // CUDA device
-  // --fa2-fwd-plan, --fa2-bwd-plan (--backend fa2), --fa3-fwd-plan (--backend fa3): plan changes.
-  PlanFlags fa2_fwd_plan, fa2_bwd_plan, fa3_fwd_plan;
+  // --fa2-fwd-plan, --fa2-bwd-plan (--backend fa2), --fa3-fwd-plan, --fa3-bwd-plan (--backend
+  // fa3): plan changes.
+  PlanFlags fa2_fwd_plan, fa2_bwd_plan, fa3_fwd_plan, fa3_bwd_plan;
   // --fa3-bwd-variant (--backend fa3): the FA3 backward kernel variant (fa3/bwd_variant_names.h).
   std::string fa3_bwd_variant;
   bool help = false;

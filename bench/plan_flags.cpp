@@ -37,10 +37,12 @@ const std::vector<std::string>& plan_flag_keys(PlanFamily family) {
                                                       "pack_gqa_queries"};
   static const std::vector<std::string> fa2_bwd{"block_m", "key_tiles", "stages", "dq_bulk"};
   static const std::vector<std::string> fa3_fwd{"block_n", "consumers", "pingpong", "tma_store", "section_mb"};
+  static const std::vector<std::string> fa3_bwd{"section_mb"};
   switch (family) {
     case PlanFamily::Fa2Fwd: return fa2_fwd;
     case PlanFamily::Fa2Bwd: return fa2_bwd;
     case PlanFamily::Fa3Fwd: return fa3_fwd;
+    case PlanFamily::Fa3Bwd: return fa3_bwd;
   }
   return fa2_fwd;
 }

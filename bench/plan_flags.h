@@ -1,5 +1,6 @@
-// --fa2-fwd-plan, --fa2-bwd-plan, --fa3-fwd-plan: KEY=VALUE,... changes to the kernel plan the
-// library picks per call (src/fa2/fwd_plan.h, src/fa2/bwd_plan.h, src/fa3/fwd_plan.h), which the
+// --fa2-fwd-plan, --fa2-bwd-plan, --fa3-fwd-plan, --fa3-bwd-plan: KEY=VALUE,... changes to the kernel
+// plan the library picks per call (src/fa2/fwd_plan.h, src/fa2/bwd_plan.h, src/fa3/fwd_plan.h,
+// src/fa3/bwd_plan.h), which the
 // CUDA runner passes to the backend entries. Parsing and applying are host code, free of CUDA.
 #pragma once
 
@@ -14,7 +15,7 @@
 
 namespace flashattn::bench {
 
-enum class PlanFamily { Fa2Fwd, Fa2Bwd, Fa3Fwd };
+enum class PlanFamily { Fa2Fwd, Fa2Bwd, Fa3Fwd, Fa3Bwd };
 
 // The fields a flag may change, each an integer (0|1 for the flags among them).
 struct PlanFlags {

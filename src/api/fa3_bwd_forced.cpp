@@ -11,7 +11,7 @@
 
 namespace flashattn::api {
 
-Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const fa3::BwdKernel& kernel) {
+Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const Fa3BwdOverride& change) {
   BwdProblem problem;
   FA_CHECK(make_bwd_problem(params, &problem));
 #if defined(FLASHATTN_WITH_CUDA)
@@ -19,11 +19,14 @@ Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const fa3::BwdKe
   FA_CHECK(fa3::check_bwd(problem));
   if (params.dq.numel() == 0 && params.dk.numel() == 0 && params.dv.numel() == 0) return {};
   fa3::BwdPlan plan = fa3::bwd_plan(problem);
-  if (!fa3::bwd_kernel_built(plan.head_dim, kernel.block_m, kernel.variant))
-    return unsupported("plan", "fa3 bwd: the kernel variant " + fa3::bwd_kernel_name(kernel) + " is not built at head dim " +
-                                   std::to_string(plan.head_dim));
-  plan.block_m = kernel.block_m;
-  plan.variant = kernel.variant;
+  if (const auto& kernel = change.kernel) {
+    if (!fa3::bwd_kernel_built(plan.head_dim, kernel->block_m, kernel->variant))
+      return unsupported("plan", "fa3 bwd: the kernel variant " + fa3::bwd_kernel_name(*kernel) + " is not built at head dim " +
+                                     std::to_string(plan.head_dim));
+    plan.block_m = kernel->block_m;
+    plan.variant = kernel->variant;
+  }
+  if (change.section_mb) plan.section_mb = *change.section_mb;
   return fa3::bwd(problem, params.stream, &plan);
 #else
   return unsupported("backend", "the FA3 backward is not in this build (configured without CUDA)");

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 
+#include "common/fast_divmod.h"
 #include "common/host_device.h"
 #include "common/mask.h"
 #include "common/problem.h"
+#include "fa3/tile_order.h"
 
 namespace flashattn::fa3 {
 
@@ -24,18 +26,41 @@ struct BwdBlock {
   FA_HD int steps() const { return (m_end - m_begin) * heads_per_group; }
 };
 
+// Which (sequence, kv head) group and which of its key blocks a CTA takes.
+struct BwdCoords {
+  int n, hk, b;
+};
+
 // Grid (key blocks of the longest sequence, heads_k, batch). The hardware starts CTAs in block
-// order, so in the ascending order (key block = blockIdx.x) a causal call's longest blocks start
-// first. `descending` runs the last key block first: the deterministic mode orders the dQ adds of
-// a row block from its last key block down, and a CTA must only wait for CTAs started before it.
-// Row blocks stop at the workspaces' rows (rows_padded, from max_seqlen_q): a device cu_seqlens
-// longer than the max_seqlen_q the caller promised then cannot reach past them.
+// order: with section_shift 0 the CTA at blockIdx takes rank blockIdx.x of group (blockIdx.y,
+// blockIdx.z); with section_shift > 0 the CTA at linear position i takes scheduled_tile's work
+// tile of i (tile_order.h): in sections of 2^section_shift groups, rank k of every group of the
+// section, then rank k + 1 (the launch checks that positions fit 31 bits). Either way a group's
+// rank k + 1 starts after its rank k, as the deterministic order needs. Rank k is key block k
+// (ascending: a causal call's longest blocks start first) or, with `descending`, the k-th from the
+// last: the deterministic mode orders the dQ adds of a row block from its last key block down,
+// and a CTA must only wait for CTAs started before it. heads_k divides a group index
+// (hk + heads_k * b).
+__device__ __forceinline__ BwdCoords bwd_coords(int section_shift, const FastDivmod& heads_k, bool descending) {
+  BwdCoords c{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  if (section_shift > 0) {
+    const TileOfPosition tile = scheduled_tile_of(int(gridDim.x), section_shift, c.n, c.hk + int(gridDim.y) * c.b);
+    c.n = tile.rank;
+    c.b = heads_k.divmod(tile.head, &c.hk);
+  }
+  if (descending) c.n = int(gridDim.x) - 1 - c.n;
+  return c;
+}
+
+// The CTA's work from its coordinates. Row blocks stop at the workspaces' rows (rows_padded, from
+// max_seqlen_q): a device cu_seqlens longer than the max_seqlen_q the caller promised then cannot
+// reach past them.
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows_padded, bool descending) {
+__device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows_padded, const BwdCoords& c) {
   BwdBlock blk;
-  blk.b = int(blockIdx.z);
-  blk.hk = int(blockIdx.y);
-  blk.n = descending ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  blk.b = c.b;
+  blk.hk = c.hk;
+  blk.n = c.n;
   blk.key0 = blk.n * kBlockN;
   blk.stored_k = p.lens.cu_seqlens_k != nullptr ? p.lens.cu_seqlens_k[blk.b + 1] - p.lens.cu_seqlens_k[blk.b] : int(p.lens.seqlen_k);
   blk.sq = int(p.lens.q(blk.b));

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/fast_divmod.h"
 #include "common/problem.h"
 #include "common/score.h"
 #include "fa3/bwd_plan.h"
@@ -106,6 +107,10 @@ struct BwdArgs {
   // Deterministic mode under a limit on the right (causal, windows): key blocks add to a row block
   // from the last to the first and the grid runs them in that order (see bwd_block).
   bool descending = false;
+  // log2 of the (sequence, kv head) groups per section of the CTA order (BwdPlan::section_mb;
+  // bwd_block): 0 runs the groups one after another. heads_k_divmod splits a group's index.
+  int section_shift = 0;
+  FastDivmod heads_k_divmod{};
 };
 
 }  // namespace flashattn::fa3

@@ -35,14 +35,14 @@ namespace flashattn::fa3 {
 // the float4 at (128 k + t) * 4 of the chunk (bwd_dq_layout.h). `slice`: which of the chunk's
 // 64-column halves dq holds (the dQ GEMM runs in two: the whole chunk's 64 accumulators beside
 // dK's and dV's spill). In the deterministic mode the dQ writer warps keep the order
-// (bwd_order_dq_wide): both warpgroups wait for the go before the first slice, and meet the
-// counting warp after the last (no fence here: the counting warp's fence releases these adds).
+// (bwd_order_dq_wide): both warpgroups wait for the go before the first slice, and tell the
+// writers after the last (no fence here: the counting writer's fence releases these adds).
 template <typename Config, int kRegs>
 __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBlock& blk, int h, int row0, int col0, int slice,
                                                 const float (&dq)[kRegs]) {
   const AttnProblem& p = args.problem.fwd;
   const int64_t bh = int64_t(blk.b) * p.heads_q + h;
-  if (args.deterministic && slice == 0) sm90::named_barrier_sync(kBwdDqGoBarrier, kBwdDqOrderThreads);
+  if (args.deterministic && slice == 0) sm90::named_barrier_sync(kBwdDqGoBarrier, kBwdDqGoThreads);
   float* chunk = args.dq_accum + dq_chunk_offset(bh * args.rows_padded + row0, col0, Config::kDqCols, Config::kHeadDim) +
                  (threadIdx.x % 128) * 4 + slice * (kRegs / 4) * 512;
   static_for<kRegs / 4>([&](auto kc) {
@@ -50,7 +50,7 @@ __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBl
     const float4 v = make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
     sm90::red_add_v4_at<k * 512 * 4>(chunk, v);
   });
-  if (args.deterministic && slice == 1) sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
+  if (args.deterministic && slice == 1) sm90::named_barrier_arrive(kBwdDqDoneBarrier, kBwdDqDoneThreads);
 }
 
 template <typename Config>

@@ -28,25 +28,31 @@ namespace flashattn::fa3 {
 
 inline constexpr uint32_t kBwdDqFullBarrier = 2, kBwdDqEmptyBarrier = 4, kBwdDqBarrierThreads = 128 + 32;
 // Wide kernels (BwdConfig::kWide), deterministic mode: the consumers add dQ themselves; writer 0
-// lets them start a step's adds (go: the key blocks before have added), writer 1 counts the step
-// once they have issued them (done). Each barrier is synced by 256 consumer + 32 writer threads.
-inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqDoneBarrier = 4, kBwdDqOrderThreads = 256 + 32;
+// lets them start a step's adds (go: the key blocks before have added; consumers sync, writer 0
+// arrives), writer 1 counts the step once they have issued them (done: consumers arrive, both
+// writers sync).
+inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqDoneBarrier = 4, kBwdDqGoThreads = 256 + 32, kBwdDqDoneThreads = 256 + 64;
 
-// The row block that step `step` of the block adds to: query head g of the GQA group (outer),
-// row block m (inner), as bwd_for_each_step walks them; bh = sequence x query heads + head.
-struct BwdStepRows {
-  int64_t bh;
+// The row block a step adds to, walked as bwd_for_each_step walks them (query head g of the GQA
+// group outer, row block m inner) without a division per step: m, and the row block's 64-row
+// slab of the workspaces ((sequence x query heads + head) x rows_padded / 64 + m: its dQ chunk's
+// and its semaphore's index). Row blocks are one slab (kBlockM = 64).
+struct BwdRowCursor {
+  int64_t slab;
   int m;
+  __device__ __forceinline__ BwdRowCursor(const BwdArgs& args, const BwdBlock& blk)
+      : slab((int64_t(blk.b) * args.problem.fwd.heads_q + blk.hk * blk.heads_per_group) * (args.rows_padded / 64) + blk.m_begin),
+        m(blk.m_begin) {}
+  // `steps` steps on.
+  __device__ __forceinline__ void advance(const BwdArgs& args, const BwdBlock& blk, int steps) {
+    m += steps;
+    slab += steps;
+    while (m >= blk.m_end) {  // the next query head's first row blocks
+      m -= blk.m_end - blk.m_begin;
+      slab += args.rows_padded / 64 - (blk.m_end - blk.m_begin);
+    }
+  }
 };
-__device__ __forceinline__ BwdStepRows bwd_step_rows(const AttnProblem& p, const BwdBlock& blk, int step) {
-  const int rows = blk.m_end - blk.m_begin;
-  const int g = step / rows;
-  return {int64_t(blk.b) * p.heads_q + blk.hk * blk.heads_per_group + g, blk.m_begin + (step - g * rows)};
-}
-
-__device__ __forceinline__ int* bwd_dq_semaphore(const BwdArgs& args, const BwdStepRows& r) {
-  return args.dq_semaphores + r.bh * (args.rows_padded / 64) + r.m;
-}
 
 // Deterministic mode, one lane: the count a writer waits for before adding to a row block. Each
 // key block counts kCounts per row block (one per writer warp that adds to it); with chunks that
@@ -77,7 +83,6 @@ __device__ __forceinline__ void bwd_release_count(int* counter) {
 template <typename Config>
 __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const BwdBlock& blk, uint32_t stage_addr, int c) {
   constexpr int kStride = Config::kDqAlternate ? 2 : 1;  // this writer's steps: c, c + 2, ... or all
-  const AttnProblem& p = args.problem.fwd;
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
   const int first = Config::kDqAlternate ? c : 0;
@@ -85,13 +90,14 @@ __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const B
   // This chunk's place in a row block: rows 64 qb, columns cb * kDqCols (bwd_config.h).
   const int qb = Config::kDqOneChunk ? 0 : c / Config::kDqColChunks, cb = Config::kDqOneChunk ? 0 : c % Config::kDqColChunks;
   int peeked = -1;  // deterministic mode: the next step's count, read before the last release
+  BwdRowCursor at(args, blk);
+  at.advance(args, blk, first);
   sm90::named_barrier_arrive_of<kBwdDqEmptyBarrier, kBwdDqBarrierThreads>(c);
   for (int step = first; step < steps; step += kStride) {
-    const BwdStepRows r = bwd_step_rows(p, blk, step);
-    int* semaphore = args.dq_semaphores != nullptr ? bwd_dq_semaphore(args, r) : nullptr;
+    int* semaphore = args.dq_semaphores + at.slab;  // (deterministic mode only)
     if (args.deterministic) {
       if (lane == 0) {
-        const int turn = bwd_dq_turn<Config>(args, blk, r.m, c);
+        const int turn = bwd_dq_turn<Config>(args, blk, at.m, c);
         if (peeked < turn) gpu::bwd_wait_counter(semaphore, turn);
         sm90::fence_async_global();  // the earlier blocks' adds, seen through the acquire, before ours
       }
@@ -99,8 +105,7 @@ __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const B
     }
     sm90::named_barrier_sync_of<kBwdDqFullBarrier, kBwdDqBarrierThreads>(c);
     if (lane == 0) {
-      float* dst = args.dq_accum + dq_chunk_offset(r.bh * args.rows_padded + r.m * Config::kBlockM + 64 * qb, cb * Config::kDqCols,
-                                                   Config::kDqCols, Config::kHeadDim);
+      float* dst = args.dq_accum + dq_chunk_offset((at.slab + qb) * 64, cb * Config::kDqCols, Config::kDqCols, Config::kHeadDim);
       sm90::bulk_reduce_add(dst, reinterpret_cast<const float*>(__cvta_shared_to_generic(stage_addr)), Config::kDqBytes);
       sm90::tma_store_commit();
       sm90::tma_store_wait_read();
@@ -108,9 +113,10 @@ __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const B
     __syncwarp();
     const bool more = step + kStride < steps;
     if (more) sm90::named_barrier_arrive_of<kBwdDqEmptyBarrier, kBwdDqBarrierThreads>(c);
+    at.advance(args, blk, kStride);
     if (args.deterministic) {
       if (lane == 0) {
-        peeked = more ? bwd_peek_count(bwd_dq_semaphore(args, bwd_step_rows(p, blk, step + kStride))) : -1;
+        peeked = more ? bwd_peek_count(args.dq_semaphores + at.slab) : -1;
         sm90::tma_store_wait();  // the add complete in global memory
         bwd_release_count(semaphore);
       }
@@ -121,24 +127,26 @@ __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const B
 }
 
 // The wide kernels' dQ order (deterministic mode). Writer 0 (go): per step, wait until the row
-// block's earlier key blocks have added, then let the consumers add. Writer 1 (done): per step,
-// once the consumers have issued their adds, count this block. Their reductions are released by
-// this writer's fence: the barrier orders them before it (cumulativity, as CUTLASS's
-// GenericBarrier relies on), so the consumers never wait for their own adds.
+// block's earlier key blocks have added, let the consumers add, and wait for their done before
+// the next step's go (so no barrier phase is entered before the last one was left). Writer 1:
+// per step, once the consumers have issued their adds, count this block. Their reductions are
+// released by this writer's fence: the barrier orders them before it (cumulativity, as CUTLASS's
+// GenericBarrier relies on), so the consumers never wait for their own adds, and the release
+// runs beside the next step's wait.
 template <typename Config>
 __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk, int c) {
-  const AttnProblem& p = args.problem.fwd;
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
-  for (int step = 0; step < steps; ++step) {
-    const BwdStepRows r = bwd_step_rows(p, blk, step);
+  BwdRowCursor at(args, blk);
+  for (int step = 0; step < steps; ++step, at.advance(args, blk, 1)) {
     if (c == 0) {
-      if (lane == 0) gpu::bwd_wait_counter(bwd_dq_semaphore(args, r), bwd_dq_turn<Config>(args, blk, r.m, 0));
+      if (lane == 0) gpu::bwd_wait_counter(args.dq_semaphores + at.slab, bwd_dq_turn<Config>(args, blk, at.m, 0));
       __syncwarp();
-      sm90::named_barrier_sync(kBwdDqGoBarrier, kBwdDqOrderThreads);
+      sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqGoThreads);
+      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqDoneThreads);
     } else {
-      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
-      if (lane == 0) bwd_release_count(bwd_dq_semaphore(args, r));
+      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqDoneThreads);
+      if (lane == 0) bwd_release_count(args.dq_semaphores + at.slab);
       __syncwarp();
     }
   }

@@ -25,11 +25,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const BwdSmem<Config> sm{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023))};
-  // Each role forms the CTA's work after its register reallocation: values live across the
-  // producer warpgroup's decrease would be spilled.
-  auto block = [&] { return bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, args.descending); };
-  if (!block().exists()) return;  // past this (varlen) sequence's keys: every thread leaves
+  // Each role forms the CTA's work after its register reallocation (values live across the
+  // producer warpgroup's decrease would be spilled), from coordinates thread 0 leaves in shared
+  // memory: the section order's arithmetic runs once.
+  const BwdCoords coords = bwd_coords(args.section_shift, args.heads_k_divmod, args.descending);
+  auto block = [&] { return bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, sm.coords()); };
+  if (!bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, coords).exists())
+    return;  // past this (varlen) sequence's keys: every thread leaves
   if (threadIdx.x == 0) {
+    sm.store_coords(coords);
     sm90::mbarrier_init(sm.kv_full(), 1);
     sm.q_ring()->init(4 * Config::kConsumers);  // one release per consumer warp
     sm.do_ring()->init(4 * Config::kConsumers);

@@ -13,6 +13,7 @@
 #include "fa3/bwd_launch.cuh"
 #include "fa3/fa3_backend.h"
 #include "fa3/launch_common.h"
+#include "fa3/tile_order.h"
 
 namespace flashattn::fa3 {
 namespace {
@@ -23,6 +24,9 @@ Status unsupported(const char* argument, const std::string& why) {
 
 // Row padding of the workspaces: a multiple of every block_m, so row blocks never leave them.
 constexpr int64_t kRowAlign = 128;
+
+// The deterministic mode's sections (BwdPlan::section_mb).
+constexpr int kBwdDeterministicSectionMb = 40;
 
 // The head dim the backward runs a call at: 64, 128, or 256 (d192 padded: its 96-column halves
 // would split the 64-column blocks that the wide kernel's warpgroups take).
@@ -73,6 +77,16 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
 
 }  // namespace
 
+int bwd_section_shift(const BwdProblem& problem, const BwdPlan& plan, int64_t rows_padded, int64_t key_blocks) {
+  const AttnProblem& p = problem.fwd;
+  const int64_t groups = p.batch * p.heads_k;
+  if (plan.section_mb <= 0 || key_blocks * groups >= (int64_t(1) << 31)) return 0;
+  // A group's share of L2 over its CTAs' lifetime: its query heads' Q and dO rows and fp32 dQ rows.
+  const int64_t group_bytes =
+      (p.heads_q / p.heads_k) * rows_padded * (2 * (p.head_dim + p.head_dim_v) + 4 * int64_t(plan.head_dim));
+  return section_shift_for(groups, int64_t(plan.section_mb) * (1 << 20) / std::max<int64_t>(group_bytes, 1));
+}
+
 Status make_bwd_maps(const BwdProblem& bp, int block_m, int block_n, BwdMaps* maps) {
   const AttnProblem& p = bp.fwd;
   const bool varlen = p.lens.cu_seqlens_q != nullptr;
@@ -117,6 +131,10 @@ BwdPlan bwd_plan(const BwdProblem& bp) {
   const BwdKernel& kernel = *bwd_kernels_of(plan.head_dim).begin();
   plan.block_m = kernel.block_m;
   plan.variant = kernel.variant;
+  // Deterministic mode: a CTA waits for the group's key block before it at every row block, so
+  // CTAs of one group that start together wait in a staircase; sections start key block k of
+  // many groups together instead (docs/PERF.md, 2026-12-04). FA3's L2 budget for the same order.
+  plan.section_mb = bp.deterministic ? kBwdDeterministicSectionMb : 0;
   return plan;
 }
 
@@ -132,6 +150,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
                          "fa3 bwd: the plan does not fit the call (head dim " + std::to_string(plan.head_dim) + " for " +
                              std::to_string(std::max(p.head_dim, p.head_dim_v)) + ", general score " +
                              (plan.general_score ? "on" : "off") + " for a call with it " + (p.score_modifiers() ? "on" : "off") + ")");
+  if (plan.section_mb < 0) return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: a negative section_mb");
   if (!bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant))
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 bwd: no kernel of head dim " + std::to_string(plan.head_dim) + " with block_m " +

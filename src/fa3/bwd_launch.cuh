@@ -15,6 +15,7 @@
 #include "fa3/bwd_kernel.cuh"
 #include "fa3/bwd_plan.h"
 #include "fa3/bwd_variants.h"
+#include "fa3/fa3_backend.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
@@ -23,10 +24,12 @@ namespace flashattn::fa3 {
 Status make_bwd_maps(const BwdProblem& bp, int block_m, int block_n, BwdMaps* maps);
 
 template <typename Config>
-Status launch_bwd_config(const BwdArgs& args, cudaStream_t stream) {
+Status launch_bwd_config(BwdArgs args, const BwdPlan& plan, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
   const int64_t key_blocks = (p.lens.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
   if (key_blocks == 0 || p.batch == 0 || p.heads_k == 0) return {};
+  args.section_shift = bwd_section_shift(args.problem, plan, args.rows_padded, key_blocks);
+  args.heads_k_divmod = FastDivmod(int(p.heads_k));
   BwdMaps maps;
   if (Status st = make_bwd_maps(args.problem, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
   auto kernel = bwd_kernel<Config>;
@@ -47,7 +50,7 @@ Status launch_bwd_built(const BwdArgs& args, const BwdPlan& plan, cudaStream_t s
     static_assert(Config::kDqCols == BwdConfig<Element, kHeadDim, 64, kGeneralScore>::kDqCols,
                   "one dQ workspace layout per head dim (the conversion reads it)");
     if (plan.block_m != kKernel.block_m || !(plan.variant == kKernel.variant)) return false;
-    st = launch_bwd_config<Config>(args, stream);
+    st = launch_bwd_config<Config>(args, plan, stream);
     return true;
   };
   (launch_if_named(std::integral_constant<size_t, kI>{}) || ...);

@@ -28,6 +28,10 @@ struct BwdPlan {
   int block_m = 0;             // query rows per step: 64
   bool general_score = false;  // softcap or ALiBi (must match the call)
   BwdVariant variant{};        // bwd_plan: the head dim's kernel (bwd_variants.h)
+  // The CTAs' order: sections of (sequence, kv head) groups whose Q, dO and dQ workspace fit in
+  // this many MB run one after the other, their groups' key blocks interleaved (fa3/tile_order.h),
+  // so that the CTAs running together add to different groups' rows; 0: one group after another.
+  int section_mb = 0;
 };
 
 }  // namespace flashattn::fa3

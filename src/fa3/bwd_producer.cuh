@@ -23,6 +23,18 @@ struct BwdSmem {
     return reinterpret_cast<sm90::Pipeline<Config::kStages>*>(base + Config::kOffsetBarriers + 16);
   }
   __device__ __forceinline__ sm90::Pipeline<Config::kStages>* do_ring() const { return q_ring() + 1; }
+  // The CTA's coordinates (bwd_kernel), past the rings: written by one thread before the
+  // kernel's first barrier, read by every role through 32-bit shared addresses.
+  __device__ __forceinline__ void store_coords(const BwdCoords& c) const {
+    const uint32_t at = addr(Config::kOffsetBarriers + 128);
+    sm90::st_shared_s32(at, c.n);
+    sm90::st_shared_s32(at + 4, c.hk);
+    sm90::st_shared_s32(at + 8, c.b);
+  }
+  __device__ __forceinline__ BwdCoords coords() const {
+    const uint32_t at = addr(Config::kOffsetBarriers + 128);
+    return {sm90::ld_shared_s32(at), sm90::ld_shared_s32(at + 4), sm90::ld_shared_s32(at + 8)};
+  }
   __device__ __forceinline__ float* lse(int stage) const {
     return reinterpret_cast<float*>(base + Config::kOffsetLse + stage * Config::kRowBytes);
   }

@@ -1,6 +1,8 @@
-// The order of the FA3 forward's work tiles in its dynamic schedule (fwd_scheduler.cuh), host and
-// device so that the CPU tests check it. A work tile w = head index * row_blocks + rank (head
-// index = b * heads_q + h, rank = row blocks from the last one); position n of the order maps to w.
+// The order of the FA3 forward's work tiles in its dynamic schedule (fwd_scheduler.cuh) and of the
+// backward's CTAs (bwd_block.cuh), host and device so that the CPU tests check it. A work tile w =
+// head index * row_blocks + rank (forward: head index = b * heads_q + h, rank = row blocks from
+// the last one; backward: a (sequence, kv head) group and its key blocks in their order); position
+// n of the order maps to w.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,18 @@ FA_HD int scheduled_tile(int row_blocks, int section_shift, int n) {
   const int rank = in_section >> section_shift;
   const int head = (section << section_shift) + (in_section & ((1 << section_shift) - 1));
   return head * row_blocks + rank;
+}
+
+// scheduled_tile's tile for the position index + row_blocks * head (index < row_blocks), from
+// those two parts without a division (the backward's CTAs read them off blockIdx): the tile's
+// head and rank.
+struct TileOfPosition {
+  int head, rank;
+};
+FA_HD TileOfPosition scheduled_tile_of(int row_blocks, int section_shift, int index, int head) {
+  const int mask = (1 << section_shift) - 1;
+  const int in_section = index + row_blocks * (head & mask);
+  return {(head & ~mask) + (in_section & mask), in_section >> section_shift};
 }
 
 // The section_shift of `pairs` (sequence, head) pairs when `fit` of them have their K and V in the

@@ -68,11 +68,11 @@ TEST(Fa3BwdVariants, ForcedEntryValidatesAndNeedsCudaTensors) {
   HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
   BwdParams params = run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3);
   const fa3::BwdKernel alternate{64, {.dq = fa3::BwdDq::Alternate}};
-  Status st = api::bwd_fa3_forced(params, alternate);
+  Status st = api::bwd_fa3_forced(params, {.kernel = alternate});
   EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
   EXPECT_EQ(st.argument(), "backend") << st.message();
   params.dq = TensorView{};  // a rule of the API broken: refused before the device question
-  st = api::bwd_fa3_forced(params, alternate);
+  st = api::bwd_fa3_forced(params, {.kernel = alternate});
   EXPECT_EQ(st.code(), ErrorCode::InvalidArgument) << st.message();
 }
 
@@ -92,9 +92,38 @@ TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
     EXPECT_EQ(plan.block_m, 64) << c.name();
     EXPECT_TRUE(plan.variant == fa3::bwd_kernels_of(plan.head_dim).begin()->variant) << c.name();
     EXPECT_TRUE(fa3::bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant)) << c.name();
+    // Sections order the deterministic mode's CTAs only (docs/PERF.md, 2026-12-04).
+    EXPECT_EQ(plan.section_mb > 0, problem.deterministic) << c.name();
+    problem.deterministic = !problem.deterministic;
+    EXPECT_EQ(fa3::bwd_plan(problem).section_mb > 0, problem.deterministic) << c.name();
     ++covered;
   }
   EXPECT_GT(covered, 20);
+}
+
+// The sections' size: groups (sequence x kv head) whose Q, dO and fp32 dQ rows fit, a power of two
+// dividing the group count; none without section_mb or past 31-bit CTA positions.
+TEST(Fa3BwdVariants, SectionShiftFitsTheGroupsInTheBudget) {
+  BwdProblem bp;
+  AttnProblem& p = bp.fwd;
+  p.batch = 8;
+  p.heads_q = 32;
+  p.heads_k = 8;
+  p.head_dim = p.head_dim_v = 128;
+  fa3::BwdPlan plan;
+  plan.head_dim = 128;
+  plan.section_mb = 40;
+  // A group: 4 query heads x 2048 rows x (2 x 2 x 128 + 4 x 128) bytes = 8 MiB: 5 fit, 4 divide 64.
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16), 2);
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2), 5);     // 1 MiB a group: 40 fit, 32 of the 64
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 32768, 256), 0);  // 128 MiB a group: one at a time
+  p.batch = 3;                                                 // 24 groups: 8 divides them
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2), 3);
+  plan.section_mb = 0;
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2), 0);
+  plan.section_mb = 40;
+  p.batch = 1 << 16;                                           // 2^19 groups x 2^12 key blocks
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 128, 1 << 12), 0);
 }
 #endif
 

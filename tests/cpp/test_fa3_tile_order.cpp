@@ -36,6 +36,24 @@ TEST(Fa3TileOrder, IsAPermutationWithLongestBlocksFirstInEachSection) {
   }
 }
 
+// The backward's spelling of the same order (from a position's key block and group, no division).
+TEST(Fa3TileOrder, TileOfPositionPartsIsTheScheduledTile) {
+  for (int row_blocks : {1, 3, 8, 37, 128}) {
+    for (int pairs : {1, 2, 6, 16, 96}) {
+      for (int shift = 0; (pairs % (1 << shift)) == 0 && (1 << shift) <= pairs; ++shift) {
+        for (int head = 0; head < pairs; ++head) {
+          for (int index = 0; index < row_blocks; ++index) {
+            const int w = fa3::scheduled_tile(row_blocks, shift, index + row_blocks * head);
+            const fa3::TileOfPosition t = fa3::scheduled_tile_of(row_blocks, shift, index, head);
+            ASSERT_EQ(t.head, w / row_blocks) << row_blocks << " " << pairs << " " << shift << " " << head << " " << index;
+            ASSERT_EQ(t.rank, w % row_blocks) << row_blocks << " " << pairs << " " << shift << " " << head << " " << index;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Fa3TileOrder, SectionShiftIsTheLargestFittingPowerOfTwoDividingThePairs) {
   for (int64_t pairs : {1, 2, 3, 12, 16, 48, 67, 256, 1024}) {
     for (int64_t fit : {0, 1, 2, 3, 5, 8, 12, 64, 100000}) {

@@ -232,7 +232,23 @@ fa3::BwdKernel kernel_named(const std::string& spec) {
 // The backward through api::bwd_fa3_forced with the named kernel (on device tensors).
 gpu_test::DeviceBwd forced_call(const std::string& spec) {
   const fa3::BwdKernel kernel = kernel_named(spec);
-  return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, kernel); };
+  return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, {.kernel = kernel}); };
+}
+
+// The CTA order in sections (BwdPlan::section_mb) is the deterministic mode's default; forced the
+// other way round in both modes, every third sweep case still matches (ragged, varlen, GQA, masks).
+TEST(Fa3BackwardSections, EitherOrderMatchesReferenceInBothModes) {
+  SKIP_WITHOUT_SM90();
+  const std::vector<AttentionCase> sweep = fa3_bwd_sweep();
+  for (size_t i = 0; i < sweep.size(); i += 3) {
+    SCOPED_TRACE(sweep[i].name());
+    for (bool deterministic : {false, true}) {
+      const int section_mb = deterministic ? 0 : 40;
+      expect_fa3_backward_matches(sweep[i], deterministic, [section_mb](const BwdParams& d) {
+        return api::bwd_fa3_forced(d, {.section_mb = section_mb});
+      });
+    }
+  }
 }
 
 TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
