@@ -42,7 +42,7 @@ __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBl
                                                 const float (&dq)[kRegs]) {
   const AttnProblem& p = args.problem.fwd;
   const int64_t bh = int64_t(blk.b) * p.heads_q + h;
-  if (args.deterministic && slice == 0) sm90::named_barrier_sync(kBwdDqGoBarrier, kBwdDqGoThreads);
+  if (args.deterministic && slice == 0) sm90::named_barrier_sync(kBwdDqGoBarrier, kBwdDqOrderThreads);
   float* chunk = args.dq_accum + dq_chunk_offset(bh * args.rows_padded + row0, col0, Config::kDqCols, Config::kHeadDim) +
                  (threadIdx.x % 128) * 4 + slice * (kRegs / 4) * 512;
   static_for<kRegs / 4>([&](auto kc) {
@@ -50,7 +50,7 @@ __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBl
     const float4 v = make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
     sm90::red_add_v4_at<k * 512 * 4>(chunk, v);
   });
-  if (args.deterministic && slice == 1) sm90::named_barrier_arrive(kBwdDqDoneBarrier, kBwdDqDoneThreads);
+  if (args.deterministic && slice == 1) sm90::named_barrier_arrive(kBwdDqDoneBarrier, kBwdDqOrderThreads);
 }
 
 template <typename Config>

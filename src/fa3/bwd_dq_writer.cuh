@@ -29,9 +29,11 @@ namespace flashattn::fa3 {
 inline constexpr uint32_t kBwdDqFullBarrier = 2, kBwdDqEmptyBarrier = 4, kBwdDqBarrierThreads = 128 + 32;
 // Wide kernels (BwdConfig::kWide), deterministic mode: the consumers add dQ themselves; writer 0
 // lets them start a step's adds (go: the key blocks before have added; consumers sync, writer 0
-// arrives), writer 1 counts the step once they have issued them (done: consumers arrive, both
-// writers sync).
-inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqDoneBarrier = 4, kBwdDqGoThreads = 256 + 32, kBwdDqDoneThreads = 256 + 64;
+// arrives), writer 1 counts the step once they have issued them (done: consumers arrive, writer 1
+// syncs) and then lets writer 0 on to the next step's go (next: writer 1 arrives, writer 0 syncs).
+// One waiting side per barrier, and no side arrives twice at one before the other side's wait.
+inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqNextBarrier = 3, kBwdDqDoneBarrier = 4;
+inline constexpr uint32_t kBwdDqOrderThreads = 256 + 32, kBwdDqNextThreads = 64;
 
 // The row block a step adds to, walked as bwd_for_each_step walks them (query head g of the GQA
 // group outer, row block m inner) without a division per step: m, and the row block's 64-row
@@ -127,12 +129,12 @@ __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const B
 }
 
 // The wide kernels' dQ order (deterministic mode). Writer 0 (go): per step, wait until the row
-// block's earlier key blocks have added, let the consumers add, and wait for their done before
-// the next step's go (so no barrier phase is entered before the last one was left). Writer 1:
-// per step, once the consumers have issued their adds, count this block. Their reductions are
-// released by this writer's fence: the barrier orders them before it (cumulativity, as CUTLASS's
-// GenericBarrier relies on), so the consumers never wait for their own adds, and the release
-// runs beside the next step's wait.
+// block's earlier key blocks have added, let the consumers add, and wait for writer 1's next
+// before the next step's go (the consumers have then left this step's go). Writer 1: per step,
+// once the consumers have issued their adds, let writer 0 on and count this block. Their
+// reductions are released by writer 1's fence: the barrier orders them before it (cumulativity,
+// as CUTLASS's GenericBarrier relies on), so the consumers never wait for their own adds, and the
+// release runs beside the next step's wait.
 template <typename Config>
 __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk, int c) {
   const int lane = threadIdx.x % 32;
@@ -142,10 +144,11 @@ __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const Bwd
     if (c == 0) {
       if (lane == 0) gpu::bwd_wait_counter(args.dq_semaphores + at.slab, bwd_dq_turn<Config>(args, blk, at.m, 0));
       __syncwarp();
-      sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqGoThreads);
-      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqDoneThreads);
+      sm90::named_barrier_arrive(kBwdDqGoBarrier, kBwdDqOrderThreads);
+      sm90::named_barrier_sync(kBwdDqNextBarrier, kBwdDqNextThreads);
     } else {
-      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqDoneThreads);
+      sm90::named_barrier_sync(kBwdDqDoneBarrier, kBwdDqOrderThreads);
+      sm90::named_barrier_arrive(kBwdDqNextBarrier, kBwdDqNextThreads);
       if (lane == 0) bwd_release_count(args.dq_semaphores + at.slab);
       __syncwarp();
     }
