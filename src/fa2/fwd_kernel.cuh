@@ -61,8 +61,8 @@ struct FwdConfig {
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
-  // Added at launch for paged K/V: the staged pages of two tiles (the kernel).
-  static constexpr int kPagesSmemBytes = 2 * kBlockN * int(sizeof(int32_t));
+  // Added at launch for paged K/V: where the rows of two tiles lie (the kernel; PagedRow).
+  static constexpr int kPagesSmemBytes = 2 * kBlockN * 2 * int(sizeof(int32_t));
   // CTAs of 128 threads per SM that shared memory allows at best on the architecture being
   // compiled (1 KB reserved per CTA). At 1 or 2 the launch bounds say so, and ptxas does not squeeze
   // registers (spilling) for a third CTA that could never be resident; 0 leaves ptxas its choice.
@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   Element* smem_q = reinterpret_cast<Element*>(smem_raw);
   Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]
   Element* smem_v = smem_k + Config::kStages * Config::kSmemKV;
-  // Paged calls where the launcher had the shared memory (stage_pages): the page of each row of
-  // the next two K/V tiles, [tile & 1][row] (kPagesSmemBytes past the K/V stages).
-  int32_t* smem_pages = reinterpret_cast<int32_t*>(smem_v + Config::kStages * Config::kSmemKV);
+  // Paged calls where the launcher had the shared memory (stage_pages): where each row of the next
+  // two K/V tiles lies, [tile & 1][row] (kPagesSmemBytes past the K/V stages).
+  PagedRow* smem_rows = reinterpret_cast<PagedRow*>(smem_v + Config::kStages * Config::kSmemKV);
 
   // blockIdx.x = row block * splits + split; without split-KV there is one split. blockIdx.y: the
   // query head, or the KV head where query heads are packed into rows.
@@ -213,25 +213,26 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     else v_loader.load(key0, sk - key0, v_dst);
   };
 
-  // Two stages over a paged cache: each tile's pages are staged in shared memory before the wait on
-  // the tile in flight (the table's latency overlaps it), and K and V share them (the launcher
-  // checks that they share the block table, page size and left padding).
-  // (Pages and the left padding are clamped into the cache, as RowsView does: see rows.h.)
+  // Two stages over a paged cache: where each row of a tile lies (page, row in the page) is staged
+  // in shared memory before the wait on the tile in flight (the table's latency overlaps it), once
+  // per row, and K and V share it (the launcher checks that they share the block table, page size
+  // and left padding). (Pages and the left padding are clamped into the cache, as RowsView does:
+  // see rows.h.)
   const int first_position = kv_paged ? int(p.k.first_position(b)) : 0;
   const auto stage_tile_pages = [&](int tile) {
     const int key0 = tile * kBlockN, page_size = int(p.k.page_size);
     const int32_t* table = p.k.block_table + b * p.k.block_table_stride;
-    for (int r = threadIdx.x; r < kBlockN; r += Config::kThreads)
-      smem_pages[(tile & 1) * kBlockN + r] =
-          key0 + r < sk ? entry_below(table[(first_position + key0 + r) / page_size], p.k.extent) : 0;
+    for (int r = threadIdx.x; r < kBlockN; r += Config::kThreads) {
+      const int position = first_position + key0 + r, index = position / page_size;
+      smem_rows[(tile & 1) * kBlockN + r] =
+          key0 + r < sk ? PagedRow{entry_below(table[index], p.k.extent), position - index * page_size} : PagedRow{0, 0};
+    }
   };
   const auto load_staged_kv = [&](int tile, int stage) {
     const int key0 = tile * kBlockN;
-    const int32_t* pages = smem_pages + (tile & 1) * kBlockN;
-    copy_staged_paged_tile_async<Config, kBlockN>(p.k, hk, pages, first_position + key0, sk - key0, int(p.head_dim),
-                                                  smem_k + stage * Config::kSmemKV);
-    copy_staged_paged_tile_async<Config, kBlockN>(p.v, hk, pages, first_position + key0, sk - key0, int(p.head_dim_v),
-                                                  smem_v + stage * Config::kSmemKV);
+    copy_staged_paged_kv_async<Config, kBlockN>(p.k, p.v, hk, smem_rows + (tile & 1) * kBlockN, sk - key0, int(p.head_dim),
+                                                 int(p.head_dim_v), smem_k + stage * Config::kSmemKV,
+                                                 smem_v + stage * Config::kSmemKV);
   };
 
   if (tile_begin < tile_end) {
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     // with the previous tile, whose stage then takes the prefetch of the next one. (Prefetching
     // before the wait needs a second barrier per tile, at its end, to free the stage; both
     // versions overlap the next tile's loads with this tile's math.)
-    // (Pages of tile + 1 go to the half of smem_pages that tile - 1 used: every thread issued
+    // (Rows of tile + 1 go to the half of smem_rows that tile - 1 used: every thread issued
     // tile's copies, which read the other half, before the barrier below.)
     if (stage_pages && tile + 1 < tile_end) stage_tile_pages(tile + 1);
     sm80::cp_async_wait<0>();

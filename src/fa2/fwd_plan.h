@@ -106,9 +106,10 @@ constexpr bool same_kernel(const FwdKernelShape& k, const FwdPlan& plan) {
 }
 
 // Shared memory of a kernel: Q and two stages of K and V, rows padded by 16 bytes (fp16/bf16);
-// staged pages add two tiles' page numbers. (fwd_launch.cu checks both against FwdConfig.)
+// staged pages add where two tiles' rows lie, 8 bytes a row. (fwd_launch.cu checks both against
+// FwdConfig.)
 constexpr int fwd_smem_bytes(const FwdPlan& plan) { return 2 * (plan.block_m + 4 * plan.block_n) * (plan.head_dim + 8); }
-constexpr int fwd_pages_smem_bytes(const FwdPlan& plan) { return 2 * plan.block_n * 4; }
+constexpr int fwd_pages_smem_bytes(const FwdPlan& plan) { return 2 * plan.block_n * 8; }
 
 // The query rows per (sequence, head) the kernel sees: decoding with GQA packs the query heads
 // of a KV head into rows (fwd_launch.cu, common/pack_gqa.h).

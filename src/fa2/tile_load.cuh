@@ -126,32 +126,44 @@ __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int6
   }
 }
 
-// The copies of one paged tile whose rows' pages a kernel staged in shared memory beforehand
-// (tile_pages[r]: the page of row r; first_position: the cache position of row 0): the table reads
-// then happen before the kernel waits on the tile in flight, overlapping that wait, and K and V
-// share them. Rows from rows_valid on and columns past `dim` are zero-filled.
+// Where a row of a paged cache lies: its page and its row within the page, as a kernel stages
+// them in shared memory for a whole tile (one division per row, not per 16-byte copy).
+struct PagedRow {
+  int32_t page, row;
+};
+
+// The copies of one paged K tile and its V tile whose rows a kernel staged in shared memory
+// beforehand (tile_rows[r]: where row r lies): the table reads and divisions then happen before the
+// kernel waits on the tile in flight, overlapping that wait, and K and V share them; each copy
+// costs a shared load shared by K and V and two multiply-adds. Unrolled by four, so that a
+// thread's copies issue back to back without holding every address at once (the MMAs' registers
+// are live here). Rows from rows_valid on and columns past dim_k / dim_v are zero-filled.
 template <typename Config, int kRows>
-__device__ __forceinline__ void copy_staged_paged_tile_async(const RowsView& view, int64_t head, const int32_t* tile_pages,
-                                                             int first_position, int rows_valid, int dim,
-                                                             typename Config::Element* smem) {
+__device__ __forceinline__ void copy_staged_paged_kv_async(const RowsView& k, const RowsView& v, int64_t head, const PagedRow* tile_rows,
+                                                           int rows_valid, int dim_k, int dim_v, typename Config::Element* k_smem,
+                                                           typename Config::Element* v_smem) {
   using Element = typename Config::Element;
   using Threads = TileThreads<Config, kRows>;
   constexpr int kRowStep = Threads::kRowStep;
   const int first_row = threadIdx.x / Threads::kChunksPerRow, col = (threadIdx.x % Threads::kChunksPerRow) * 8;
   if (!Threads::kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
-  const Element* base = static_cast<const Element*>(view.data);
-  const Element* head_rows = base + head * view.head_stride + col;
-  const int page_size = int(view.page_size);
-  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  const Element* k_base = static_cast<const Element*>(k.data);
+  const Element* v_base = static_cast<const Element*>(v.data);
+  const Element* k_rows = k_base + head * k.head_stride + col;
+  const Element* v_rows = v_base + head * v.head_stride + col;
+  const uint32_t k_dst = sm80::smem_address(k_smem + first_row * Config::kRowStride + col);
+  const uint32_t v_dst = sm80::smem_address(v_smem + first_row * Config::kRowStride + col);
   constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
-#pragma unroll 1  // a rolled loop keeps addresses out of the registers the MMAs need
+#pragma unroll 4
   for (int i = 0; i < Threads::kSteps; ++i) {
     const int r = first_row + i * kRowStep;
     if (!Threads::kExact && r >= kRows) break;
-    const bool valid = col < dim && r < rows_valid;
-    const Element* src =
-        head_rows + int64_t(tile_pages[r]) * view.batch_stride + int64_t((first_position + r) % page_size) * view.row_stride;
-    sm80::cp_async_16(dst + i * kDstStep, valid ? src : base, valid);
+    const PagedRow at = tile_rows[r];
+    const bool row_valid = r < rows_valid;
+    const Element* k_src = k_rows + int64_t(at.page) * k.batch_stride + int64_t(at.row) * k.row_stride;
+    const Element* v_src = v_rows + int64_t(at.page) * v.batch_stride + int64_t(at.row) * v.row_stride;
+    sm80::cp_async_16(k_dst + i * kDstStep, row_valid && col < dim_k ? k_src : k_base, row_valid && col < dim_k);
+    sm80::cp_async_16(v_dst + i * kDstStep, row_valid && col < dim_v ? v_src : v_base, row_valid && col < dim_v);
   }
 }
 

@@ -166,7 +166,7 @@ TEST(Fa2FwdPlan, SharedMemoryOfTheTiles) {
   EXPECT_EQ(fwd_smem_bytes(tiles(256, 64, 64, 4)), 165 * 1024);
   EXPECT_EQ(fwd_smem_bytes(tiles(256, 128, 64, 8)), 198 * 1024);
   EXPECT_EQ(fwd_smem_bytes(tiles(256, 64, 32, 4)), 99 * 1024);
-  EXPECT_EQ(fwd_pages_smem_bytes(tiles(256, 64, 32, 4)), 256);
+  EXPECT_EQ(fwd_pages_smem_bytes(tiles(256, 64, 32, 4)), 512);  // page and row of 2 x 32 rows
 }
 
 // Every plan the rules make runs on its device; the kernel list has no duplicates.
