@@ -85,6 +85,7 @@ __device__ __forceinline__ void bwd_release_count(int* counter) {
 template <typename Config>
 __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const BwdBlock& blk, uint32_t stage_addr, int c) {
   constexpr int kStride = Config::kDqAlternate ? 2 : 1;  // this writer's steps: c, c + 2, ... or all
+  static_assert(Config::kBlockM == 64, "BwdRowCursor: a step's rows are one 64-row slab");
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
   const int first = Config::kDqAlternate ? c : 0;
