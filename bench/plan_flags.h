@@ -1,7 +1,7 @@
-// --fa2-fwd-plan, --fa2-bwd-plan, --fa3-fwd-plan, --fa3-bwd-plan: KEY=VALUE,... changes to the kernel
-// plan the library picks per call (src/fa2/fwd_plan.h, src/fa2/bwd_plan.h, src/fa3/fwd_plan.h,
-// src/fa3/bwd_plan.h), which the
-// CUDA runner passes to the backend entries. Parsing and applying are host code, free of CUDA.
+// --fa2-fwd-plan, --fa2-bwd-plan, --fa3-fwd-plan, --fa3-bwd-plan: KEY=VALUE,... changes to the
+// kernel plan the library picks per call (src/fa2/fwd_plan.h, src/fa2/bwd_plan.h,
+// src/fa3/fwd_plan.h, src/fa3/bwd_plan.h), which the CUDA runner passes to the backend entries.
+// Parsing and applying are host code, free of CUDA.
 #pragma once
 
 #include <map>

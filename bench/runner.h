@@ -24,7 +24,7 @@ struct RunSettings {
   std::size_t naive_max_bytes = std::size_t(1) << 30;
   int device = 0;  // CUDA only
   PlanFlags fa2_fwd_plan, fa2_bwd_plan, fa3_fwd_plan, fa3_bwd_plan;  // CUDA only: see Options
-  std::string fa3_bwd_variant;                         // CUDA only: see Options
+  std::string fa3_bwd_variant;                                      // CUDA only: see Options
 };
 
 class Runner {

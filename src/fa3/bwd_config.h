@@ -3,9 +3,9 @@
 // One CTA per (key block of kBlockN keys, kv head, sequence): 1 + kConsumers warpgroups. Warpgroup
 // 0 is the producer: warp 0 TMA-loads K and V once, then Q (+ LSE) and dO (+ D) per step into
 // kStages rings; warps 1 and 2 add each step's dQ to the fp32 workspace with bulk reductions.
-// Consumer warpgroup c owns keys 64c .. 64c + 63 of the block and holds their dK and dV in registers over
-// every step: each query head of the kv head's GQA group x each row block of kBlockM rows that
-// sees the keys. All tiles are 64-element (128-byte) column blocks in the 128-byte swizzle.
+// Consumer warpgroup c owns keys 64c .. 64c + 63 of the block and holds their dK and dV in
+// registers over every step: each query head of the kv head's GQA group x each row block of
+// kBlockM rows that sees the keys. All tiles are 64-element (128-byte) column blocks in the 128-byte swizzle.
 #pragma once
 
 #include <cuda.h>

@@ -1,8 +1,8 @@
 // FlashAttention-3 backward main kernel (sm90a): TMA loads on mbarrier rings, wgmma, warp
 // specialisation. The roles: bwd_block.cuh (the CTA's work), bwd_producer.cuh (loads),
-// bwd_dq_writer.cuh (dQ bulk reductions, warps 1 and 2), bwd_consumer.cuh (the GEMMs, P and dS, dK/dV out;
-// head dims over 128: bwd_consumer_wide.cuh), bwd_step_math.cuh (what both consumers share).
-// The preprocess (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the dQ conversion bwd_launch.cu.
+// bwd_dq_writer.cuh (dQ bulk reductions, warps 1 and 2), bwd_consumer.cuh (the GEMMs, P and dS,
+// dK/dV out; head dims over 128: bwd_consumer_wide.cuh), bwd_step_math.cuh (what both consumers
+// share). The preprocess (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the dQ conversion bwd_launch.cu.
 #pragma once
 
 #include <cuda.h>

@@ -25,6 +25,8 @@ struct BwdSmem {
   __device__ __forceinline__ sm90::Pipeline<Config::kStages>* do_ring() const { return q_ring() + 1; }
   // The CTA's coordinates (bwd_kernel), past the rings: written by one thread before the
   // kernel's first barrier, read by every role through 32-bit shared addresses.
+  static_assert(16 + 2 * sizeof(sm90::Pipeline<Config::kStages>) <= 128 && 128 + sizeof(BwdCoords) <= 256,
+                "kv_full, the two rings and the coordinates within the 256 bytes of barriers");
   __device__ __forceinline__ void store_coords(const BwdCoords& c) const {
     const uint32_t at = addr(Config::kOffsetBarriers + 128);
     sm90::st_shared_s32(at, c.n);
