@@ -104,7 +104,7 @@ class CudaRunner final : public Runner {
     views.v = v.view();
     views.out = out.view();
     views.lse = lse.view();
-    const FwdParams fp = make_fwd_params(s, views, settings_.backend, stream_);
+    const FwdParams fp = make_fwd_params(s, views, settings_.backend, stream_, settings_.decode_splits);
     if (c.direction == Direction::Fwd) {
       std::function<Status()> call = [&] { return fwd(fp); };
       if (dt == DType::F8E4M3 && settings_.backend == Backend::Fa3) {
@@ -179,7 +179,7 @@ class CudaRunner final : public Runner {
 
     const KvCacheViews views{q.view(),     k_cache.view(),     v_cache.view(), k_new.view(), v_new.view(),
                              cache_seqlens.view(), block_table.view(), out.view(),     lse.view()};
-    const KvCacheParams params = make_kvcache_params(s, views, settings_.backend, stream_);
+    const KvCacheParams params = make_kvcache_params(s, views, settings_.backend, stream_, settings_.decode_splits);
     std::function<Status()> call = [&] { return fwd_kvcache(params); };
     if (!settings_.fa3_fwd_plan.empty()) return Status::error(ErrorCode::Unsupported, "plan", "fa3 has no fwd_kvcache");
     if (!settings_.fa2_fwd_plan.empty()) {

@@ -38,7 +38,9 @@ struct HostCase {
   AttentionViews views() const {
     return {q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view()};
   }
-  FwdParams fwd_params(const Shape& s, Backend backend) const { return make_fwd_params(s, views(), backend); }
+  FwdParams fwd_params(const Shape& s, Backend backend, int decode_splits = 0) const {
+    return make_fwd_params(s, views(), backend, nullptr, decode_splits);
+  }
   BwdParams bwd_params(const Shape& s, Backend backend) const { return make_bwd_params(s, views(), backend); }
 };
 
@@ -68,10 +70,10 @@ struct HostKvCacheCase {
       block_table = int32_tensor(layout.block_table, {s.batch, layout.pages_per_sequence});
   }
 
-  KvCacheParams params(const Shape& s, Backend backend) const {
+  KvCacheParams params(const Shape& s, Backend backend, int decode_splits = 0) const {
     const KvCacheViews views{q.view(),     k_cache.view(), v_cache.view(), k_new.view(), v_new.view(),
                              cache_seqlens.view(), block_table.view(), out.view(), lse.view()};
-    return make_kvcache_params(s, views, backend);
+    return make_kvcache_params(s, views, backend, nullptr, decode_splits);
   }
 };
 
@@ -90,13 +92,13 @@ class HostRunner final : public Runner {
     Status status;
     // Each call returns false on error so the timing loop stops at the first failure.
     auto timed_call = [&]() -> bool {
-      status = c.direction == Direction::Fwd ? fwd(t.fwd_params(s, settings_.backend))
+      status = c.direction == Direction::Fwd ? fwd(t.fwd_params(s, settings_.backend, settings_.decode_splits))
                                              : bwd(t.bwd_params(s, settings_.backend));
       return status.ok();
     };
     if (c.direction == Direction::Bwd) {
       // The backward needs the forward's out and lse; that forward is not timed.
-      status = fwd(t.fwd_params(s, settings_.backend));
+      status = fwd(t.fwd_params(s, settings_.backend, settings_.decode_splits));
       if (!status.ok()) return status;
     }
     reset_cpu_workspace_peak();
@@ -112,7 +114,7 @@ class HostRunner final : public Runner {
  private:
   Status run_kvcache(const Shape& s, Row* row) {
     HostKvCacheCase t(s, settings_.dtype, ++seed_ * 16);
-    const KvCacheParams params = t.params(s, settings_.backend);
+    const KvCacheParams params = t.params(s, settings_.backend, settings_.decode_splits);
     // With append, every call writes the same k_new/v_new at the same positions (cache_seqlens
     // stays), so the cache needs no reset between calls and each call does the same work.
     Status status;

@@ -60,6 +60,7 @@ std::optional<Plan> make_plan(const fb::Options& o, std::string* error) {
   plan.settings.deterministic = o.deterministic;
   plan.settings.naive_max_bytes = o.naive_max_bytes;
   plan.settings.device = o.device;
+  plan.settings.decode_splits = o.num_splits.value_or(0);
   plan.settings.fa2_fwd_plan = o.fa2_fwd_plan;
   plan.settings.fa2_bwd_plan = o.fa2_bwd_plan;
   plan.settings.fa3_fwd_plan = o.fa3_fwd_plan;

@@ -51,6 +51,8 @@ score-matrix memory and the max |difference| of the outputs.
                                with fp8_fwd_plan's choice, also while the public API refuses them)
   --warmup N                   untimed calls per case (default 1 on CPU, 3 on GPU)
   --repeats N                  timed calls per case; the median is reported (default 3 / 10)
+  --num-splits N               split-KV count of the decode calls (one query, and every
+                               fwd_kvcache call; default 0: the library chooses)
   --threads N                  CPU threads (default 0 = all hardware threads)
   --naive-max-bytes N[k|m|g]   run the naive reference only where seqlen_q*seqlen_k*8 bytes fit
                                (default 1g)
@@ -216,6 +218,7 @@ std::optional<Options> parse_options(int argc, char** argv, std::string* error) 
        }},
       {"--warmup", [&](const std::string& v) { return bool(o.warmup = parse_int(v, 0)); }},
       {"--repeats", [&](const std::string& v) { return bool(o.repeats = parse_int(v, 1)); }},
+      {"--num-splits", [&](const std::string& v) { return bool(o.num_splits = parse_int(v, 0)); }},
       {"--threads",
        [&](const std::string& v) {
          const auto n = parse_int(v, 0);

@@ -22,6 +22,7 @@ struct Options {
   DType dtype = DType::BF16;
   std::optional<int> warmup;   // defaults depend on the device (see main.cpp)
   std::optional<int> repeats;
+  std::optional<int> num_splits;  // --num-splits: split-KV count of decode calls (default 0: choose)
   std::string json_path;
   int threads = 0;  // CPU threads, 0 = all
   std::size_t naive_max_bytes = std::size_t(1) << 30;

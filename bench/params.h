@@ -12,7 +12,8 @@ struct AttentionViews {
   TensorView dout, dq, dk, dv;  // backward only
 };
 
-inline FwdParams make_fwd_params(const Shape& s, const AttentionViews& t, Backend backend, void* stream = nullptr) {
+inline FwdParams make_fwd_params(const Shape& s, const AttentionViews& t, Backend backend, void* stream = nullptr,
+                                 int decode_splits = 0) {
   FwdParams p;
   p.q = t.q;
   p.k = t.k;
@@ -22,7 +23,7 @@ inline FwdParams make_fwd_params(const Shape& s, const AttentionViews& t, Backen
   p.causal = s.causal;
   p.backend = backend;
   p.stream = stream;
-  p.num_splits = s.seqlen_q == 1 ? 0 : 1;  // decode: let the library split the keys
+  p.num_splits = s.seqlen_q == 1 ? decode_splits : 1;  // decode: the library splits the keys unless told
   return p;
 }
 
@@ -51,7 +52,7 @@ struct KvCacheViews {
 };
 
 inline KvCacheParams make_kvcache_params(const Shape& s, const KvCacheViews& t, Backend backend,
-                                         void* stream = nullptr) {
+                                         void* stream = nullptr, int decode_splits = 0) {
   KvCacheParams p;
   p.q = t.q;
   p.k_cache = t.k_cache;
@@ -65,7 +66,7 @@ inline KvCacheParams make_kvcache_params(const Shape& s, const KvCacheViews& t, 
   p.causal = s.causal;
   p.backend = backend;
   p.stream = stream;
-  p.num_splits = 0;  // the library chooses, as serving leaves it
+  p.num_splits = decode_splits;  // default 0: the library chooses, as serving leaves it
   return p;
 }
 

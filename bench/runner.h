@@ -23,6 +23,7 @@ struct RunSettings {
   bool deterministic = false;  // backward mode
   std::size_t naive_max_bytes = std::size_t(1) << 30;
   int device = 0;  // CUDA only
+  int decode_splits = 0;  // num_splits of the decode calls (see Options::num_splits)
   PlanFlags fa2_fwd_plan, fa2_bwd_plan, fa3_fwd_plan, fa3_bwd_plan;  // CUDA only: see Options
   std::string fa3_bwd_variant;                                      // CUDA only: see Options
 };

@@ -1,5 +1,6 @@
-// Split-KV combine on the device: one warp per (sequence, row, head) output row. The kernel is
-// chosen by a CombinePlan (combine_plan.h).
+// Split-KV combine on the device: each (sequence, row, head) output row is merged by one warp, or
+// by up to eight warps of one block that share its splits (few rows, many splits: a decode step of
+// a few sequences). The kernel is chosen by a CombinePlan (combine_plan.h).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -9,12 +10,14 @@
 #include "common/kvcache_problem.h"
 #include "common/numeric.h"
 #include "fa2/combine_plan.h"
+#include "fa2/device_limits.h"
 #include "fa2/fa2_backend.h"
 
 namespace flashattn::fa2 {
 namespace {
 
 constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kThreads = 256, kBlockWarps = kThreads / 32;
 
 __device__ __forceinline__ void store_as(void* base, int64_t i, DType dtype, float x) {
   switch (dtype) {
@@ -28,38 +31,38 @@ struct CombineRow {
   int64_t b = 0, i = 0, h = 0;
 };
 
-// The output row of this warp; false past the last one (the whole warp returns together).
-__device__ __forceinline__ bool warp_row(const CombineProblem& c, CombineRow* row) {
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (warp >= c.batch * c.seqlen * c.heads) return false;
-  row->h = warp % c.heads;
-  row->i = (warp / c.heads) % c.seqlen;
-  row->b = warp / (c.heads * c.seqlen);
-  return true;
+__device__ __forceinline__ CombineRow row_at(const CombineProblem& c, int64_t index) {
+  return {index / (c.heads * c.seqlen), (index / c.heads) % c.seqlen, index % c.heads};
 }
 
 __device__ __forceinline__ float split_lse(const CombineProblem& c, const CombineRow& r, int64_t s) {
   return c.lse_partial[c.lse_partial_strides.offset(s, r.b, r.i, r.h)];
 }
 
-// The row's largest split LSE and the sum of exp(lse_s - max) over the splits, on every lane. A
-// NaN LSE makes both NaN, so the row comes out NaN, as the math does.
-__device__ __forceinline__ void row_lse_stats(const CombineProblem& c, const CombineRow& r, int lane, float* max_out,
-                                              float* sum_out) {
-  float max_lse = -INFINITY;
-  for (int64_t s = lane; s < c.splits; s += 32) max_lse = sm80::max_nan(max_lse, split_lse(c, r, s));
-  for (int o = 16; o > 0; o /= 2) max_lse = sm80::max_nan(max_lse, __shfl_xor_sync(kFullWarp, max_lse, o));
-  float sum = 0.f;
-  if (max_lse != -INFINITY)
-    for (int64_t s = lane; s < c.splits; s += 32) sum += expf(split_lse(c, r, s) - max_lse);
-  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(kFullWarp, sum, o);
-  *max_out = max_lse;
-  *sum_out = sum;
-}
+struct MaxNan {
+  __device__ float operator()(float a, float b) const { return sm80::max_nan(a, b); }
+};
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 
-__device__ __forceinline__ void store_row_lse(const CombineProblem& c, const CombineRow& r, int lane, bool empty,
-                                              float max_lse, float sum) {
-  if (lane == 0 && c.lse != nullptr) c.lse[c.lse_strides.offset(0, r.b, r.i, r.h)] = empty ? -INFINITY : max_lse + logf(sum);
+// x reduced over the kWarpsPerRow warps of a row (warps part 0.. of block slot `slot`), on every
+// lane of them, in a fixed order. Every thread of the block calls it (it holds block barriers).
+template <int kWarpsPerRow, typename Op>
+__device__ __forceinline__ float row_reduce(float x, Op op, float* slots, int warp, int slot) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x = op(x, __shfl_xor_sync(kFullWarp, x, o));
+  if constexpr (kWarpsPerRow == 1) {
+    return x;
+  } else {
+    __syncthreads();  // the slots' last readers are done
+    if (threadIdx.x % 32 == 0) slots[warp] = x;
+    __syncthreads();
+    float y = slots[slot * kWarpsPerRow];
+#pragma unroll
+    for (int w = 1; w < kWarpsPerRow; ++w) y = op(y, slots[slot * kWarpsPerRow + w]);
+    return y;
+  }
 }
 
 template <int kVec>
@@ -72,77 +75,127 @@ __device__ __forceinline__ void load_columns(const float* src, bool active, floa
   }
 }
 
-// Each lane owns kVec consecutive columns per pass of 32 * kVec columns. Per chunk of 32 splits,
-// lane j computes split j's weight once; the warp then walks the chunk, broadcasting each weight,
-// so the loads of the partial outputs do not wait on LSE loads and unroll into a batch. Every
-// lane runs every pass (the shuffles need the whole warp); lanes past the head dim load nothing.
-template <int kVec>
-__global__ void __launch_bounds__(256) combine_split_weights_kernel(const CombineProblem c) {
-  CombineRow r;
-  if (!warp_row(c, &r)) return;
-  const int lane = threadIdx.x % 32;
-  float max_lse, sum;
-  row_lse_stats(c, r, lane, &max_lse, &sum);
-  const bool empty = max_lse == -INFINITY;  // warp-uniform
-  const float* partial_row = c.out_partial + c.out_partial_strides.offset(0, r.b, r.i, r.h);
-  const int64_t split_stride = c.out_partial_strides.split;
-  constexpr int kBatch = 8;  // divides 32
+// Row `index` of the call is merged by kWarpsPerRow warps: their threads read the split LSEs
+// together (the row's max and sum of exp(lse - max) reduced across them), then warp `part` takes
+// splits part, part + kWarpsPerRow, ..: per chunk of 32 of its splits, lane j computes split j's
+// weight once and the warp walks the chunk, broadcasting each weight, so the loads of the partial
+// outputs do not wait on LSE loads and issue in batches. Each lane owns kVec consecutive columns per
+// pass of 32 * kVec columns; the warps' sums meet in shared memory, and part 0 writes the row.
+template <int kVec, int kWarpsPerRow>
+__global__ void __launch_bounds__(kThreads) combine_rows_kernel(const CombineProblem c) {
+  constexpr int kRowThreads = 32 * kWarpsPerRow, kRowsPerBlock = kBlockWarps / kWarpsPerRow;
+  __shared__ float slots[kBlockWarps];
+  __shared__ float4 sums[kWarpsPerRow > 1 ? kBlockWarps : 1][32 * kVec / 4 > 0 ? 32 * kVec / 4 : 1];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slot = warp / kWarpsPerRow, part = warp % kWarpsPerRow;
+  const int64_t index = int64_t(blockIdx.x) * kRowsPerBlock + slot;
+  // Row groups past the last row run along (empty) to meet the block's barriers.
+  const bool valid = index < c.batch * c.seqlen * c.heads;
+  const CombineRow r = row_at(c, valid ? index : 0);
 
+  // A NaN LSE makes the max and the sum NaN, so the row comes out NaN, as the math does.
+  float max_lse = -INFINITY;
+  if (valid)
+#pragma unroll 4
+    for (int64_t s = part * 32 + lane; s < c.splits; s += kRowThreads) max_lse = sm80::max_nan(max_lse, split_lse(c, r, s));
+  max_lse = row_reduce<kWarpsPerRow>(max_lse, MaxNan{}, slots, warp, slot);
+  const bool empty = max_lse == -INFINITY;  // uniform over the row's warps
+  float sum = 0.f;
+  if (valid && !empty)
+#pragma unroll 4
+    for (int64_t s = part * 32 + lane; s < c.splits; s += kRowThreads) sum += expf(split_lse(c, r, s) - max_lse);
+  sum = row_reduce<kWarpsPerRow>(sum, Add{}, slots, warp, slot);
+
+  const float* partial_row = c.out_partial + c.out_partial_strides.offset(0, r.b, r.i, r.h);
+  const int64_t split_stride = c.out_partial_strides.split * kWarpsPerRow;  // between this warp's splits
+  const int64_t mine = part < c.splits ? (c.splits - part + kWarpsPerRow - 1) / kWarpsPerRow : 0;
+  constexpr int kBatch = 8;  // divides 32
   for (int64_t pass = 0; pass < c.head_dim; pass += 32 * kVec) {
     const int64_t x = pass + int64_t(lane) * kVec;
-    const bool active = x < c.head_dim;
+    const bool active = valid && x < c.head_dim;
     float acc[kVec] = {};
-    for (int64_t chunk = 0; !empty && chunk < c.splits; chunk += 32) {
-      const int64_t mine = chunk + lane;
-      const float lse_mine = mine < c.splits ? split_lse(c, r, mine) : -INFINITY;
+    const float* column = partial_row + part * c.out_partial_strides.split + x;
+    for (int64_t chunk = 0; valid && !empty && chunk < mine; chunk += 32) {
+      const int64_t i = chunk + lane;
+      const float lse_i = i < mine ? split_lse(c, r, part + i * kWarpsPerRow) : -INFINITY;
       // A split that saw no key (LSE -inf) is skipped; one whose weight underflows still carries
       // a NaN output into the row (0 * NaN), as the math does.
-      const float weight_mine = lse_mine != -INFINITY ? expf(lse_mine - max_lse) : 0.f;
-      const int live_mine = lse_mine != -INFINITY;
-      const int count = c.splits - chunk < 32 ? int(c.splits - chunk) : 32;
+      const float weight_i = lse_i != -INFINITY ? expf(lse_i - max_lse) : 0.f;
+      const int live_i = lse_i != -INFINITY;
+      const int count = mine - chunk < 32 ? int(mine - chunk) : 32;
       // Batches of kBatch loads issued before their sums; lanes past `count` hold weight 0 and
       // live 0 (their split does not exist), so the batch needs no bound on the shuffles.
       for (int j0 = 0; j0 < count; j0 += kBatch) {
         float v[kBatch][kVec];
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
-          load_columns<kVec>(partial_row + (chunk + j0 + u) * split_stride + x, active && j0 + u < count, v[u]);
+          load_columns<kVec>(column + (chunk + j0 + u) * split_stride, active && j0 + u < count, v[u]);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const float weight = __shfl_sync(kFullWarp, weight_mine, j0 + u);
-          const int live = __shfl_sync(kFullWarp, live_mine, j0 + u);
+          const float weight = __shfl_sync(kFullWarp, weight_i, j0 + u);
+          const int live = __shfl_sync(kFullWarp, live_i, j0 + u);
 #pragma unroll
           for (int t = 0; t < kVec; ++t) acc[t] = live ? fmaf(weight, v[u][t], acc[t]) : acc[t];
         }
       }
     }
-    if (active) {
+    if constexpr (kWarpsPerRow > 1) {
+      __syncthreads();  // the sums' last readers are done
+      float* mine_out = reinterpret_cast<float*>(sums[warp]) + lane * kVec;
+#pragma unroll
+      for (int t = 0; t < kVec; ++t) mine_out[t] = acc[t];
+      __syncthreads();
+      if (part == 0)
+#pragma unroll
+        for (int w = 1; w < kWarpsPerRow; ++w) {
+          const float* other = reinterpret_cast<const float*>(sums[warp + w]) + lane * kVec;
+#pragma unroll
+          for (int t = 0; t < kVec; ++t) acc[t] += other[t];
+        }
+    }
+    if (part == 0 && active) {
       const int64_t out_base = c.out_strides.offset(0, r.b, r.i, r.h) + x;
 #pragma unroll
       for (int t = 0; t < kVec; ++t)
         if (x + t < c.head_dim) store_as(c.out, out_base + t, c.out_dtype, empty ? 0.f : acc[t] / sum);
     }
   }
-  store_row_lse(c, r, lane, empty, max_lse, sum);
+  if (valid && part == 0 && lane == 0 && c.lse != nullptr)
+    c.lse[c.lse_strides.offset(0, r.b, r.i, r.h)] = empty ? -INFINITY : max_lse + logf(sum);
+}
+
+template <int kVec>
+Status launch_rows(const CombineProblem& c, int warps_per_row, int64_t rows, cudaStream_t s) {
+  const int64_t rows_per_block = kBlockWarps / warps_per_row;
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7fffffff) return Status::error(ErrorCode::Unsupported, "out", "fa2 combine: too many rows for one launch");
+  switch (warps_per_row) {
+    case 8: combine_rows_kernel<kVec, 8><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
+    case 4: combine_rows_kernel<kVec, 4><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
+    case 2: combine_rows_kernel<kVec, 2><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
+    default: combine_rows_kernel<kVec, 1><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
+  }
+  return cuda_status("fa2 combine: launch", cudaGetLastError());
 }
 
 }  // namespace
 
 Status combine(const CombineProblem& c, void* stream, const CombinePlan* forced_plan) {
-  const CombinePlan plan = forced_plan != nullptr ? *forced_plan : combine_plan(c);
+  CombinePlan plan;
+  if (forced_plan != nullptr) {
+    plan = *forced_plan;
+  } else {
+    DeviceLimits limits;
+    if (Status st = device_limits(&limits, "fa2 combine: reading the device"); !st.ok()) return st;
+    plan = combine_plan(c, limits.multiprocessors);
+  }
   if (const std::string misfit = combine_plan_misfit(plan, c); !misfit.empty())
     return Status::error(ErrorCode::InvalidArgument, "plan", "fa2 combine: the forced plan does not fit the call: " + misfit);
   const int64_t rows = c.batch * c.seqlen * c.heads;
   if (rows == 0) return {};
-  constexpr int kThreads = 256;
-  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
-  if (blocks > 0x7fffffff) return Status::error(ErrorCode::Unsupported, "out", "fa2 combine: too many rows for one launch");
   const auto s = static_cast<cudaStream_t>(stream);
-  if (plan.vector_width == 4)
-    combine_split_weights_kernel<4><<<unsigned(blocks), kThreads, 0, s>>>(c);
-  else
-    combine_split_weights_kernel<1><<<unsigned(blocks), kThreads, 0, s>>>(c);
-  return cuda_status("fa2 combine: launch", cudaGetLastError());
+  return plan.vector_width == 4 ? launch_rows<4>(c, plan.warps_per_row, rows, s)
+                                : launch_rows<1>(c, plan.warps_per_row, rows, s);
 }
 
 }  // namespace flashattn::fa2

@@ -1,7 +1,8 @@
 // FlashAttention-2 forward on mma.sync tensor cores (sm80+).
 //
 // One CTA per (row block of kBlockM query rows, query head, sequence). Each warp owns 16 * kMTiles
-// rows (FA2's split along rows: no cross-warp reduction in the softmax). K and V tiles of kBlockN
+// rows (FA2's split along rows: no cross-warp reduction in the softmax), except on the 16-row decode
+// tiles, whose warps split each tile's keys and merge once at the end. K and V tiles of kBlockN
 // keys stream through shared memory in a two-stage cp.async pipeline with one barrier per tile;
 // S = Q K^T and O += P V run on m16n8k16 MMAs, with P handed from the S accumulators to the A
 // operand in registers (and Q's fragments kept in registers where that does not spill).
@@ -52,8 +53,13 @@ struct FwdConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
-  static constexpr int kMTiles = kBlockM / (16 * kWarps);  // m16 tiles per warp: K/V fragments
-                                                            // loaded once serve all of them
+  // Decode tiles of 16 rows: the warps split each K/V tile's keys instead of the rows, every warp
+  // keeping its own running max, sum and O over its keys (merged once, after the key loop), so all
+  // warps compute and the SM's four schedulers share the math that one warp per CTA did.
+  static constexpr bool kWarpsSplitKeys = kBlockM == 16 && kWarps > 1;
+  static constexpr int kMTiles = kWarpsSplitKeys ? 1 : kBlockM / (16 * kWarps);  // m16 tiles per warp:
+                                                            // K/V fragments loaded once serve all of them
+  static constexpr int kWarpKeys = kWarpsSplitKeys ? kBlockN / kWarps : kBlockN;  // keys of a tile per warp
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowStride = kHeadDim + 8;  // elements; +16 bytes against bank conflicts
   // K/V stages: the next tile's K and V load during this tile's math (one barrier per tile).
@@ -61,6 +67,9 @@ struct FwdConfig {
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
+  // The L2 fetches 128 bytes around each 16-byte K/V copy of the decode tiles (cp.async's
+  // .L2::128B hint; measured faster there, docs/PERF.md).
+  static constexpr int kL2Prefetch = kBlockM == 16 ? 128 : 0;
   // Added at launch for paged K/V: where the rows of two tiles lie (the kernel; PagedRow).
   static constexpr int kPagesSmemBytes = 2 * kBlockN * 2 * int(sizeof(int32_t));
   // CTAs of 128 threads per SM that shared memory allows at best on the architecture being
@@ -68,7 +77,7 @@ struct FwdConfig {
   // registers (spilling) for a third CTA that could never be resident; 0 leaves ptxas its choice.
   static constexpr int kSmemCtas = kSmemPerSm / (kSmemBytes + 1024);
   static constexpr int kMinBlocks = kThreads == 128 && kSmemCtas <= 2 ? kSmemCtas : 0;
-  static constexpr int kNTilesS = kBlockN / 8;    // n8 tiles of S per warp
+  static constexpr int kNTilesS = kWarpKeys / 8;  // n8 tiles of S per warp
   static constexpr int kNTilesO = kHeadDim / 8;   // n8 tiles of O per warp
   // The softmax's running max moves only when passed by more than this (log2 units); see the kernel.
   static constexpr float kRescaleSlack = 8.f;
@@ -80,7 +89,14 @@ struct FwdConfig {
   // h_k * G + g; the mask and ALiBi take the row's token and head.
   static constexpr bool kPackGqa = kPackGqa_;
   static_assert(!(kPackGqa && kDropout), "dropout is drawn per query head and row: never packed");
-  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0, "tile shape");
+  static_assert(kHeadDim % 32 == 0 && kWarpKeys % 16 == 0 && kBlockN % kWarpKeys == 0 &&
+                    (kWarpsSplitKeys || kBlockM % (16 * kWarps) == 0),
+                "tile shape");
+  static_assert(!(kWarpsSplitKeys && kDropout), "dropout runs on row-split tiles");
+  // Key-split warps merge through the K/V stages after the loop: warps 1.. leave O (float4 per
+  // lane and n8 tile) and each row's max and sum there (merge_key_split_warps).
+  static constexpr int kMergeBytes = (kWarps - 1) * 32 * (kNTilesO * 16 + 2 * 8);
+  static_assert(!kWarpsSplitKeys || kMergeBytes <= 2 * kStages * kSmemKV * int(sizeof(Element)), "merge space");
 
 };
 
@@ -89,6 +105,64 @@ struct FwdConfig {
 // row cannot see (-inf): resetting it would report a row that saw nothing, out 0 and LSE -inf.
 __device__ __forceinline__ bool moves_row_max(float tile_max, float row_max, float slack) {
   return tile_max > row_max + slack || tile_max != tile_max;
+}
+
+// Key-split warps (FwdConfig::kWarpsSplitKeys) each hold the same rows' running max (log2 units),
+// their lanes' partial sums and O over their share of the keys. Warp 0 takes the others' through
+// shared memory (`merge`, the K/V stages: no copy is in flight after the key loop) and rescales
+// every share to the largest max, as split-KV's combine does across CTAs. Returns whether this
+// warp is warp 0, which then holds the whole rows.
+template <typename Config>
+__device__ __forceinline__ bool merge_key_split_warps(float (&o)[1][Config::kNTilesO][4], float (&row_max)[2],
+                                                      float (&row_sum)[2], unsigned char* merge, int warp, int lane) {
+  constexpr int kNTilesO = Config::kNTilesO, kOthers = Config::kWarps - 1;
+  float4* o_shares = reinterpret_cast<float4*>(merge);                // [warp - 1][t][lane]
+  float2* stats = reinterpret_cast<float2*>(o_shares + kOthers * kNTilesO * 32);  // [warp - 1][r][lane]
+  __syncthreads();  // every warp is done with the last K/V tile
+  if (warp > 0) {
+#pragma unroll
+    for (int t = 0; t < kNTilesO; ++t)
+      o_shares[((warp - 1) * kNTilesO + t) * 32 + lane] = make_float4(o[0][t][0], o[0][t][1], o[0][t][2], o[0][t][3]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) stats[((warp - 1) * 2 + r) * 32 + lane] = make_float2(row_max[r], row_sum[r]);
+  }
+  __syncthreads();
+  if (warp > 0) return false;
+  // A share that saw no key (max -inf) weighs 0; a NaN max makes the row NaN, as in the loop.
+  const auto weight = [](float share_max, float max) {
+    return share_max == -INFINITY ? 0.f : sm80::fast_exp2(share_max - max);
+  };
+  float own[2], others[kOthers][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float max = row_max[r];
+#pragma unroll
+    for (int w = 0; w < kOthers; ++w) max = sm80::max_nan(max, stats[(w * 2 + r) * 32 + lane].x);
+    own[r] = weight(row_max[r], max);
+    float sum = row_sum[r] * own[r];
+#pragma unroll
+    for (int w = 0; w < kOthers; ++w) {
+      const float2 share = stats[(w * 2 + r) * 32 + lane];
+      others[w][r] = weight(share.x, max);
+      sum = fmaf(share.y, others[w][r], sum);
+    }
+    row_max[r] = max;
+    row_sum[r] = sum;
+  }
+#pragma unroll
+  for (int t = 0; t < kNTilesO; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[0][t][e] *= own[e / 2];
+#pragma unroll
+    for (int w = 0; w < kOthers; ++w) {
+      const float4 share = o_shares[(w * kNTilesO + t) * 32 + lane];
+      o[0][t][0] = fmaf(share.x, others[w][0], o[0][t][0]);
+      o[0][t][1] = fmaf(share.y, others[w][0], o[0][t][1]);
+      o[0][t][2] = fmaf(share.z, others[w][1], o[0][t][2]);
+      o[0][t][3] = fmaf(share.w, others[w][1], o[0][t][3]);
+    }
+  }
+  return true;
 }
 
 template <typename Config>
@@ -124,7 +198,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   const int rows_here = sq - row0 < kBlockM ? sq - row0 : kBlockM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
-  const int warp_row0 = row0 + warp * 16 * kMTiles;
+  // Row-split tiles: this warp's 16 * kMTiles rows; key-split ones: all rows, kWarpKeys keys of
+  // each tile from warp_key0 on.
+  const int warp_q_row = Config::kWarpsSplitKeys ? 0 : warp * 16 * kMTiles;  // within the tile
+  const int warp_row0 = row0 + warp_q_row;
+  const int warp_key0 = Config::kWarpsSplitKeys ? warp * Config::kWarpKeys : 0;
   // A warp whose rows are all past the sequence (decoding: a few rows per tile) still loads its
   // share of every K/V tile and meets every barrier, but skips the math.
   const bool warp_without_rows = warp_row0 >= sq;
@@ -276,7 +354,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
     if (warp_without_rows) continue;
     const Element* k_tile = smem_k + stage * Config::kSmemKV;
     const Element* v_tile = smem_v + stage * Config::kSmemKV;
-    const int key0 = tile * kBlockN;
+    const int key0 = tile * kBlockN + warp_key0;  // this warp's first key
 
     if constexpr (Config::kQInRegs) {
       if (tile == tile_begin) {  // Q landed with the first K/V tile
@@ -284,7 +362,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
         for (int kstep = 0; kstep < Config::kHeadDim / 16; ++kstep)
 #pragma unroll
           for (int m = 0; m < kMTiles; ++m) {
-            const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+            const int a_row = warp_q_row + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
             const int a_col = kstep * 16 + (lane / 16) * 8;
             sm80::ldmatrix_x4(q_frag[kstep][m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
           }
@@ -305,7 +383,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[m][i] = q_frag[kstep][m][i];
         } else {
-          const int a_row = warp * 16 * kMTiles + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+          const int a_row = warp_q_row + m * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
           const int a_col = kstep * 16 + (lane / 16) * 8;
           sm80::ldmatrix_x4(a[m], sm80::smem_address(smem_q + a_row * kRowStride + a_col));
         }
@@ -313,7 +391,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 #pragma unroll
       for (int t = 0; t < kNTilesS; t += 2) {
         uint32_t bk[4];  // b0,b1 of key tiles t and t + 1
-        const int b_row = t * 8 + (lane % 8) + (lane / 16) * 8;
+        const int b_row = warp_key0 + t * 8 + (lane % 8) + (lane / 16) * 8;
         const int b_col = kstep * 16 + ((lane / 8) % 2) * 8;
         sm80::ldmatrix_x4(bk, sm80::smem_address(k_tile + b_row * kRowStride + b_col));
 #pragma unroll
@@ -360,7 +438,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       }
     }
     // The mask runs only on tiles that cross a row's visible range (a warp-uniform test).
-    if (key0 < unmasked_lo || key0 + kBlockN > unmasked_hi) {
+    if (key0 < unmasked_lo || key0 + Config::kWarpKeys > unmasked_hi) {
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const int diag = diag_of(r);
@@ -445,22 +523,22 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 
     // P as the A operand of O += P V: the S accumulators of key tiles 2k, 2k+1 form k-step k.
     // Packed before the GEMM so the float scores are dead while it runs.
-    uint32_t pa[kMTiles][kBlockN / 16][4];
+    uint32_t pa[kMTiles][Config::kWarpKeys / 16][4];
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
-      for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
+      for (int kstep = 0; kstep < Config::kWarpKeys / 16; ++kstep) {
         pa[m][kstep][0] = sm80::pack2<Element>(s[m][2 * kstep][0], s[m][2 * kstep][1]);
         pa[m][kstep][1] = sm80::pack2<Element>(s[m][2 * kstep][2], s[m][2 * kstep][3]);
         pa[m][kstep][2] = sm80::pack2<Element>(s[m][2 * kstep + 1][0], s[m][2 * kstep + 1][1]);
         pa[m][kstep][3] = sm80::pack2<Element>(s[m][2 * kstep + 1][2], s[m][2 * kstep + 1][3]);
       }
 #pragma unroll
-    for (int kstep = 0; kstep < kBlockN / 16; ++kstep) {
+    for (int kstep = 0; kstep < Config::kWarpKeys / 16; ++kstep) {
 #pragma unroll
       for (int t = 0; t < kNTilesO; t += 2) {
         uint32_t bv[4];  // b0,b1 of head-dim tiles t and t + 1
-        const int v_row = kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        const int v_row = warp_key0 + kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
         const int v_col = t * 8 + (lane / 16) * 8;
         sm80::ldmatrix_x4_trans(bv, sm80::smem_address(v_tile + v_row * kRowStride + v_col));
 #pragma unroll
@@ -479,9 +557,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // A lane's staging stores overwrite rows that other lanes of its warp addressed in the last
   // ldmatrix of Q: only __syncwarp orders lanes of a warp in the memory model (racecheck reports
   // the pair otherwise).
+  if constexpr (Config::kWarpsSplitKeys)
+    if (!merge_key_split_warps<Config>(o, row_max, row_sum, reinterpret_cast<unsigned char*>(smem_k), warp, lane)) return;
   __syncwarp();
   Element* out = static_cast<Element*>(p.out.data);
-  Element* const o_stage = smem_q + warp * 16 * kMTiles * kRowStride;
+  Element* const o_stage = smem_q + warp_q_row * kRowStride;
   // (token, query head) of a row: itself and h, or packed the token and head of row t * G + g.
   const auto token_and_head = [&](int row, int* token, int64_t* head) {
     if constexpr (kPackGqa) {

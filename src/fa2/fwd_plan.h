@@ -29,8 +29,9 @@ struct FwdKernelShape {
 };
 
 // The kernels built, per element type (fwd_launch.cu instantiates exactly these). Plain scores:
-// the base tiles per head dim, the decode tiles (64 x 64: a few query rows, the warps without rows
-// idle, 64-key tiles keep the loads deep) and d256 on 128 x 64 with 8 warps (198 KB). Dropout takes
+// the base tiles per head dim, the decode tiles (16 x 64 at d64 and d128: a few query rows, the
+// warps splitting each tile's keys; 64 x 64 at d256, the warps without rows idle) and d256 on
+// 128 x 64 with 8 warps (198 KB). Dropout takes
 // the general path only, with smaller tiles where the Philox state would otherwise spill. The plain
 // d64 kernel keeps Q's fragments in registers (two CTAs per SM either way; at d96 and up, and with
 // softcap/ALiBi or dropout, they would spill; at d32 they would cost the third CTA).
@@ -44,8 +45,8 @@ inline constexpr FwdKernelShape kFwdKernels[] = {
     {192, 64, 32, 4, false, false, false},
     {224, 64, 32, 4, false, false, false},
     {256, 64, 32, 4, false, false, false},
-    {64, 64, 64, 4, false, false, false},   // decode
-    {128, 64, 64, 4, false, false, false},  // decode
+    {64, 16, 64, 4, false, false, false},   // decode, warps split the keys
+    {128, 16, 64, 4, false, false, false},  // decode, warps split the keys
     {256, 64, 64, 4, false, false, false},  // decode
     {256, 128, 64, 8, false, false, false},  // wide d256
     // softcap / ALiBi, no dropout
@@ -68,8 +69,8 @@ inline constexpr FwdKernelShape kFwdKernels[] = {
     {256, 64, 32, 4, true, true, false},
 };
 
-// The kernels built with query heads packed into rows (FwdPlan::pack_gqa_queries): the decode
-// tiles and d256's base tiles (sm80 and sm86 have no room for its decode ones) for plain scores,
+// The kernels built with query heads packed into rows (FwdPlan::pack_gqa_queries): 64 x 64 tiles
+// (up to 64 packed rows) and d256's base tiles (sm80 and sm86 have no room for its 64 x 64) for plain scores,
 // the base tiles of d64, d128 and d256 for softcap / ALiBi; other head dims run padded to these.
 // fwd_launch_packed.cu instantiates exactly these, FwdConfig's kPackGqa set.
 inline constexpr FwdKernelShape kFwdPackedQueryKernels[] = {
@@ -145,9 +146,9 @@ inline FwdPlan fwd_base_plan(const AttnProblem& call, const DeviceLimits& limits
 
 // The plan of a call without packed query heads (fwd_plan packs them where that pays), on a
 // device with these limits. Plain scores also take:
-// - decoding (at most 16 query rows per head after pack-GQA): the 64 x 64 decode tiles at d64,
-//   d128 and d256 (d32 runs the d64 one, d96 the d128 one); d256's needs 165 KB, more than sm80's
-//   and sm86's opt-in, where the base tiles take the call;
+// - decoding (at most 16 query rows per head after pack-GQA): the decode tiles, 16 x 64 with the
+//   warps splitting the keys at d64 and d128 (d32 runs the d64 one, d96 the d128 one), 64 x 64 at
+//   d256, whose 165 KB are more than sm80's and sm86's opt-in, where the base tiles take the call;
 // - d256 at 128 x 64 with 8 warps where the GPU has the 198 KB (sm90; faster than 64 x 32 there,
 //   docs/PERF.md): half the key tiles per row block, twice the keys per barrier.
 inline FwdPlan fwd_plan_rows(const AttnProblem& call, const DeviceLimits& limits) {
@@ -164,8 +165,8 @@ inline FwdPlan fwd_plan_rows(const AttnProblem& call, const DeviceLimits& limits
     return plan;
   };
   if (fwd_kernel_rows(call) <= 16) {
-    if (dim <= 64) return with_tiles(64, 64, 64, 4);
-    if (dim <= 128) return with_tiles(128, 64, 64, 4);
+    if (dim <= 64) return with_tiles(64, 16, 64, 4);
+    if (dim <= 128) return with_tiles(128, 16, 64, 4);
     const FwdPlan decode = with_tiles(256, 64, 64, 4);
     if (fwd_smem_bytes(decode) <= limits.smem_optin) return decode;
   }
@@ -209,7 +210,7 @@ inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& call, const
 }
 
 // The tiles of a call whose query heads are packed into rows (can_pack_gqa_queries): plain scores
-// on the decode tiles (d256's where its 165 KB fit, else its base tiles), softcap / ALiBi on the
+// on 64 x 64 tiles (d256's where its 165 KB fit, else its base tiles), softcap / ALiBi on the
 // base tiles; the call's head dim padded to 64, 128 or 256.
 inline FwdPlan fwd_packed_queries_tiles(const AttnProblem& call, const DeviceLimits& limits) {
   const int64_t dim = fwd_call_head_dim(call);

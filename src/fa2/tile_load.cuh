@@ -11,6 +11,14 @@
 
 namespace flashattn::fa2 {
 
+// The L2 prefetch size of a kernel's tile copies (sm80::cp_async_16): Config::kL2Prefetch where
+// the config names one, else none.
+template <typename Config>
+constexpr int l2_prefetch_bytes() {
+  if constexpr (requires { Config::kL2Prefetch; }) return Config::kL2Prefetch;
+  else return 0;
+}
+
 // How the CTA's threads cover a tile of kRows rows of 16-byte chunks: each thread copies one column
 // of chunks every kRowStep rows. When the chunks of a row do not divide the threads (head dims 96,
 // 160, 192, 224), the threads past the last whole row group idle and the last step covers a
@@ -53,7 +61,7 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
     for (int i = 0; i < kSteps; ++i) {
       if (!in_tile(i)) break;
       const bool valid = col_valid && first_row + i * kRowStep < rows_valid;
-      sm80::cp_async_16(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
+      sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
                         valid);
     }
   } else {
@@ -85,7 +93,7 @@ __device__ __forceinline__ void load_packed_query_tile_async(const RowsView& vie
     int g;
     const int token = group.divmod(row0 + r, &g);
     const bool valid = col < dim && r < rows_valid;
-    sm80::cp_async_16(dst + i * kDstStep, valid ? rows + token * view.row_stride + g * view.head_stride : base, valid);
+    sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kDstStep, valid ? rows + token * view.row_stride + g * view.head_stride : base, valid);
   }
 }
 
@@ -122,7 +130,7 @@ __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int6
     const int position = first + i * kRowStep;
     const bool valid = col < dim && i * kRowStep < rows_left;
     const Element* src = head_rows + int64_t(page[i]) * view.batch_stride + int64_t(position % page_size) * view.row_stride;
-    sm80::cp_async_16(dst + i * kDstStep, valid ? src : base, valid);
+    sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kDstStep, valid ? src : base, valid);
   }
 }
 
@@ -162,8 +170,8 @@ __device__ __forceinline__ void copy_staged_paged_kv_async(const RowsView& k, co
     const bool row_valid = r < rows_valid;
     const Element* k_src = k_rows + int64_t(at.page) * k.batch_stride + int64_t(at.row) * k.row_stride;
     const Element* v_src = v_rows + int64_t(at.page) * v.batch_stride + int64_t(at.row) * v.row_stride;
-    sm80::cp_async_16(k_dst + i * kDstStep, row_valid && col < dim_k ? k_src : k_base, row_valid && col < dim_k);
-    sm80::cp_async_16(v_dst + i * kDstStep, row_valid && col < dim_v ? v_src : v_base, row_valid && col < dim_v);
+    sm80::cp_async_16<l2_prefetch_bytes<Config>()>(k_dst + i * kDstStep, row_valid && col < dim_k ? k_src : k_base, row_valid && col < dim_k);
+    sm80::cp_async_16<l2_prefetch_bytes<Config>()>(v_dst + i * kDstStep, row_valid && col < dim_v ? v_src : v_base, row_valid && col < dim_v);
   }
 }
 
@@ -218,13 +226,13 @@ struct StridedTileLoader {
     if (dim == Config::kHeadDim && rows_valid >= kRows) {  // every tile but a ragged last one
 #pragma unroll
       for (int i = 0; i < kSteps; ++i)
-        if (in_tile(i)) sm80::cp_async_16(dst + i * kDstStep, src + i * step, true);
+        if (in_tile(i)) sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kDstStep, src + i * step, true);
     } else {
 #pragma unroll
       for (int i = 0; i < kSteps; ++i) {
         if (!in_tile(i)) break;
         const bool valid = col < dim && first_row + i * kRowStep < rows_valid;
-        sm80::cp_async_16(dst + i * kDstStep, valid ? src + i * step : base, valid);
+        sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kDstStep, valid ? src + i * step : base, valid);
       }
     }
   }

@@ -43,6 +43,27 @@ TEST(CombinePlan, Float4NeedsAlignedRowsOfFourColumns) {
 TEST(CombinePlan, RefusesWidthsTheKernelsLack) {
   EXPECT_STRNE(combine_plan_misfit({2}, aligned_problem(128)), "");
   EXPECT_STRNE(combine_plan_misfit({0}, aligned_problem(128)), "");
+  for (int warps : {0, 3, 16}) EXPECT_STRNE(combine_plan_misfit({4, warps}, aligned_problem(128)), "") << warps;
+  for (int warps : {1, 2, 4, 8}) EXPECT_STREQ(combine_plan_misfit({4, warps}, aligned_problem(128)), "") << warps;
+}
+
+// A decode step of one sequence split many ways shares each row among warps (four splits each at
+// least, 16 warps per multiprocessor at most); many rows, or few splits, keep a warp per row.
+TEST(CombinePlan, WarpsPerRowFillTheGpuWithFewRows) {
+  CombineProblem c = aligned_problem(128);
+  c.batch = 1, c.seqlen = 1, c.heads = 32;
+  c.splits = 42;
+  EXPECT_EQ(combine_plan(c, 132).warps_per_row, 8);
+  c.splits = 16;
+  EXPECT_EQ(combine_plan(c, 132).warps_per_row, 4);
+  c.splits = 7;
+  EXPECT_EQ(combine_plan(c, 132).warps_per_row, 1);
+  c.splits = 42;
+  c.batch = 8;  // 256 rows: 1024 warps at four per row, 2048 at eight
+  EXPECT_EQ(combine_plan(c, 132).warps_per_row, 8);
+  c.batch = 64;  // 2048 rows
+  EXPECT_EQ(combine_plan(c, 132).warps_per_row, 1);
+  EXPECT_EQ(combine_plan(c).warps_per_row, 1);  // no device: one warp per row
 }
 
 }  // namespace

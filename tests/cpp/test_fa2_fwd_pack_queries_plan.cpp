@@ -88,16 +88,13 @@ TEST(Fa2FwdPackQueriesPlan, PackedTilesByHeadDimAndScorePath) {
   EXPECT_FALSE(fwd_packed_queries_tiles(paged(plan_call(256, 4, 3000, 32, 8)), kSm86).stage_pages);
 }
 
-// Every packed kernel has the tiles of a kernel of kFwdKernels (the same shared memory and warps),
-// none is listed twice, and each is a plan some call takes.
-TEST(Fa2FwdPackQueriesPlan, PackedKernelsAreTwinsOfBuiltOnes) {
+// Every packed kernel has row-split tiles (the key-split decode tiles of kFwdKernels are not built
+// packed), none is listed twice, and each is a plan some call takes.
+TEST(Fa2FwdPackQueriesPlan, PackedKernelsAreListedOnce) {
   for (size_t i = 0; i < std::size(kFwdPackedQueryKernels); ++i) {
     const FwdKernelShape& k = kFwdPackedQueryKernels[i];
     EXPECT_FALSE(k.dropout);
-    EXPECT_TRUE(std::any_of(std::begin(kFwdKernels), std::end(kFwdKernels), [&](const FwdKernelShape& u) {
-      return u.head_dim == k.head_dim && u.block_m == k.block_m && u.block_n == k.block_n && u.warps == k.warps &&
-             u.general_score == k.general_score;
-    })) << "d" << k.head_dim << " " << k.block_m << "x" << k.block_n;
+    EXPECT_EQ(k.block_m % (16 * k.warps), 0) << "d" << k.head_dim << " " << k.block_m << "x" << k.block_n;
     for (size_t j = 0; j < i; ++j) {
       const FwdKernelShape& o = kFwdPackedQueryKernels[j];
       EXPECT_FALSE(o.head_dim == k.head_dim && o.block_m == k.block_m && o.block_n == k.block_n &&
@@ -149,10 +146,10 @@ TEST(Fa2FwdPackQueriesPlan, ForcedPackedPlansAreChecked) {
                         "query heads packed into rows"));
   EXPECT_TRUE(FailsWith(check_fwd_plan(packed_tiles(32, 128, 64), plan_call(32, 4, 3000, 32, 8), kH200),
                         ErrorCode::InvalidArgument, "plan", "names no built kernel"));
-  // The unpacked twin of a packed kernel stays what it was.
+  // The 64 x 64 d128 tiles are built packed only (unpacked decoding runs the key-split 16 x 64).
   FwdPlan unpacked = plan;
   unpacked.pack_gqa_queries = false;
-  EXPECT_TRUE(check_fwd_plan(unpacked, call, kH200).ok());
+  EXPECT_TRUE(FailsWith(check_fwd_plan(unpacked, call, kH200), ErrorCode::InvalidArgument, "plan", "names no built kernel"));
   EXPECT_TRUE(FailsWith(check_fwd_plan(packed_tiles(256, 64, 64), plan_call(256, 4, 3000, 32, 8), kA100),
                         ErrorCode::Unsupported, "q", "bytes of shared memory per block"));
 }

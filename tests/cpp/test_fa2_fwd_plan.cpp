@@ -79,13 +79,13 @@ TEST(Fa2FwdPlan, D256TakesTheWideTilesOnSm90Only) {
     }
 }
 
-// At most 16 query rows per head (after pack-GQA): the 64 x 64 decode tiles, d256's only where
-// its 165 KB fit (sm90); sm80 and sm86 keep the base tiles there.
+// At most 16 query rows per head (after pack-GQA): the decode tiles (16 x 64 with key-split warps
+// up to d128; d256's 64 x 64 only where its 165 KB fit, sm90: sm80 and sm86 keep the base tiles).
 TEST(Fa2FwdPlan, DecodingTakesTheDecodeTiles) {
   const std::tuple<int, FwdPlan, FwdPlan> cases[] = {
       // d, H200, A100 / sm86 / the sm80 build
-      {32, tiles(64, 64, 64, 4), tiles(64, 64, 64, 4)},      {64, tiles(64, 64, 64, 4), tiles(64, 64, 64, 4)},
-      {96, tiles(128, 64, 64, 4), tiles(128, 64, 64, 4)},    {128, tiles(128, 64, 64, 4), tiles(128, 64, 64, 4)},
+      {32, tiles(64, 16, 64, 4), tiles(64, 16, 64, 4)},      {64, tiles(64, 16, 64, 4), tiles(64, 16, 64, 4)},
+      {96, tiles(128, 16, 64, 4), tiles(128, 16, 64, 4)},    {128, tiles(128, 16, 64, 4), tiles(128, 16, 64, 4)},
       {160, tiles(256, 64, 64, 4), tiles(160, 64, 32, 4)},   {192, tiles(256, 64, 64, 4), tiles(192, 64, 32, 4)},
       {224, tiles(256, 64, 64, 4), tiles(224, 64, 32, 4)},   {256, tiles(256, 64, 64, 4), tiles(256, 64, 32, 4)},
   };
@@ -155,7 +155,7 @@ TEST(Fa2FwdPlan, PagedCallsStagePagesWhereTheyFit) {
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kH200), staged(tiles(256, 128, 64, 8)));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 1, 4096, 32, 8)), kH200), staged(tiles(256, 64, 64, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kA100), staged(tiles(256, 64, 32, 4)));
-  EXPECT_EQ(fwd_plan(paged(plan_call(128, 1, 4096, 32, 8)), kSm86), staged(tiles(128, 64, 64, 4)));
+  EXPECT_EQ(fwd_plan(paged(plan_call(128, 1, 4096, 32, 8)), kSm86), staged(tiles(128, 16, 64, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(224, 512, 4096)), kSm86), staged(tiles(224, 64, 32, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kSm86), tiles(256, 64, 32, 4));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 1, 4096, 32, 8)), kSm86), tiles(256, 64, 32, 4));

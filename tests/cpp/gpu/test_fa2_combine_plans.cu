@@ -1,4 +1,5 @@
-// The split-KV combine's plans (combine_plan.h: float4 or scalar columns) forced, against the
+// The split-KV combine's plans (combine_plan.h: float4 or scalar columns, 1 to 8 warps per row)
+// forced, against the
 // double-precision check of combine_case.cpp, and against each other with NaN inputs. Skips
 // without a GPU.
 #include <gtest/gtest.h>
@@ -39,25 +40,30 @@ CombineRunner runner_with(const CombinePlan& plan) {
 }
 
 const CombinePlan kSplitWeights1{1};
-const CombinePlan kSplitWeights4{4};
+// Every width with every count of warps per row.
+const CombinePlan kAllPlans[] = {{1, 1}, {4, 1}, {1, 2}, {4, 2}, {1, 4}, {4, 4}, {1, 8}, {4, 8}};
+
+std::string plan_name(const CombinePlan& plan) {
+  return "vector_width " + std::to_string(plan.vector_width) + ", warps_per_row " + std::to_string(plan.warps_per_row);
+}
 
 TEST(Fa2CombinePlan, SplitWeightsFixedCases) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (const CombinePlan& plan : {kSplitWeights1, kSplitWeights4}) {
-    SCOPED_TRACE(plan.vector_width);
+  for (const CombinePlan& plan : kAllPlans) {
+    SCOPED_TRACE(plan_name(plan));
     check_combine(false, DType::F32, Backend::Fa2, runner_with(plan));
     check_combine(false, DType::BF16, Backend::Fa2, runner_with(plan));
     check_combine(true, DType::F16, Backend::Fa2, runner_with(plan));
   }
 }
 
-// Split counts around the 32-split chunks and the 8-load batches, head dims around the 128-column
-// passes of float4 lanes (the API takes multiples of 8).
+// Split counts around the 32-split chunks and the 8-load batches (of one warp, and shared by up to
+// eight), head dims around the 128-column passes of float4 lanes (the API takes multiples of 8).
 TEST(Fa2CombinePlan, SplitWeightsChunkAndPassEdges) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int splits : {1, 7, 8, 9, 31, 32, 33, 64, 100})
+  for (int splits : {1, 3, 7, 8, 9, 31, 32, 33, 64, 100, 257, 300})
     for (int head_dim : {8, 40, 120, 128, 136, 256})
-      for (const CombinePlan& plan : {kSplitWeights1, kSplitWeights4}) {
+      for (const CombinePlan& plan : kAllPlans) {
         CombineCase c;
         c.splits = splits;
         c.batch = 2;
@@ -67,7 +73,7 @@ TEST(Fa2CombinePlan, SplitWeightsChunkAndPassEdges) {
         c.out_dtype = DType::BF16;
         c.empty_share = 0.2f;
         c.seed = uint64_t(splits) * 1000 + head_dim;
-        SCOPED_TRACE(plan.vector_width);
+        SCOPED_TRACE(plan_name(plan));
         check_combine_case(c, Backend::Fa2, runner_with(plan));
       }
 }
@@ -80,11 +86,14 @@ TEST(Fa2CombinePlan, SplitWeightsFuzz) {
   FuzzScope scope;
   for (int n = 0; n < 200; ++n) {
     const CombineCase c = draw_combine_case(rng, scope);
-    check_combine_case(c, Backend::Fa2, runner_with(c.head_dim % 4 == 0 && n % 2 ? kSplitWeights4 : kSplitWeights1));
+    CombinePlan plan = kAllPlans[n % std::size(kAllPlans)];
+    if (c.head_dim % 4 != 0) plan.vector_width = 1;
+    SCOPED_TRACE(plan_name(plan));
+    check_combine_case(c, Backend::Fa2, runner_with(plan));
   }
 }
 
-// NaN semantics, both widths on the same inputs: a NaN partial of a split that saw no key (LSE
+// NaN semantics, every plan on the same inputs: a NaN partial of a split that saw no key (LSE
 // -inf) never reaches the row; a NaN partial of a live split, and a NaN LSE, do.
 TEST(Fa2CombinePlan, SplitWeightsWidthsAgreeWithNaN) {
   SKIP_WITHOUT_CUDA_DEVICE();
@@ -115,8 +124,8 @@ TEST(Fa2CombinePlan, SplitWeightsWidthsAgreeWithNaN) {
   p.out = out_default.view();
   p.softmax_lse = lse_default.view();
   ASSERT_TRUE(combine_on_device_with(p, kSplitWeights1).ok());
-  for (const CombinePlan& plan : {kSplitWeights4}) {
-    SCOPED_TRACE(plan.vector_width);
+  for (const CombinePlan& plan : kAllPlans) {
+    SCOPED_TRACE(plan_name(plan));
     out_new.poison();
     lse_new.poison();
     p.out = out_new.view();
