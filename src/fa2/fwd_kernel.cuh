@@ -64,8 +64,15 @@ struct FwdConfig {
   static constexpr int kRowStride = kHeadDim + 8;  // elements; +16 bytes against bank conflicts
   // K/V stages: the next tile's K and V load during this tile's math (one barrier per tile).
   static constexpr int kStages = 2;
+  // The key-split decode tiles keep K and V rows unpadded, chunk c of row r at c ^ (r % 8) within
+  // its 128-byte group (SmemRows, tile_load.cuh): the 16-byte copies of a 128-byte line of global
+  // memory then fill one aligned 128-byte block of shared memory and leave as one L2 request
+  // (padded rows cut each line's request in two: docs/PERF.md), and ldmatrix's eight rows of a
+  // chunk still fall in eight different bank groups.
+  static constexpr bool kSwizzleKV = kBlockM == 16 && kWarps > 1;
+  static constexpr int kKVRowStride = kSwizzleKV ? kHeadDim : kRowStride;
   static constexpr int kSmemQ = kBlockM * kRowStride;
-  static constexpr int kSmemKV = kBlockN * kRowStride;
+  static constexpr int kSmemKV = kBlockN * kKVRowStride;
   static constexpr int kSmemBytes = int(sizeof(Element)) * (kSmemQ + 2 * kStages * kSmemKV);
   // The L2 fetches 128 bytes around each 16-byte K/V copy of the decode tiles (cp.async's
   // .L2::128B hint; measured faster there, docs/PERF.md).
@@ -276,18 +283,20 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   // K/V tiles: dense, varlen and batch-indexed layouts through loaders whose addresses are derived
   // once; paged caches look each row's page up per tile.
   const bool kv_paged = p.k.block_table != nullptr || p.v.block_table != nullptr;
-  const StridedTileLoader<Config, kBlockN> k_loader(p.k, b, hk, int(p.head_dim));
-  const StridedTileLoader<Config, kBlockN> v_loader(p.v, b, hk, int(p.head_dim_v));
+  constexpr bool kSwizzleKV = Config::kSwizzleKV;
+  using KVRows = SmemRows<Config, kSwizzleKV>;
+  const StridedTileLoader<Config, kBlockN, kSwizzleKV> k_loader(p.k, b, hk, int(p.head_dim));
+  const StridedTileLoader<Config, kBlockN, kSwizzleKV> v_loader(p.v, b, hk, int(p.head_dim_v));
   const auto load_k = [&](int tile, int stage) {
     const int key0 = tile * kBlockN;
     Element* k_dst = smem_k + stage * Config::kSmemKV;
-    if (kv_paged) load_tile_async<Config, kBlockN>(p.k, b, hk, key0, sk - key0, int(p.head_dim), k_dst);
+    if (kv_paged) load_tile_async<Config, kBlockN, kSwizzleKV>(p.k, b, hk, key0, sk - key0, int(p.head_dim), k_dst);
     else k_loader.load(key0, sk - key0, k_dst);
   };
   const auto load_v = [&](int tile, int stage) {
     const int key0 = tile * kBlockN;
     Element* v_dst = smem_v + stage * Config::kSmemKV;
-    if (kv_paged) load_tile_async<Config, kBlockN>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), v_dst);
+    if (kv_paged) load_tile_async<Config, kBlockN, kSwizzleKV>(p.v, b, hk, key0, sk - key0, int(p.head_dim_v), v_dst);
     else v_loader.load(key0, sk - key0, v_dst);
   };
 
@@ -308,7 +317,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   };
   const auto load_staged_kv = [&](int tile, int stage) {
     const int key0 = tile * kBlockN;
-    copy_staged_paged_kv_async<Config, kBlockN>(p.k, p.v, hk, smem_rows + (tile & 1) * kBlockN, sk - key0, int(p.head_dim),
+    copy_staged_paged_kv_async<Config, kBlockN, kSwizzleKV>(p.k, p.v, hk, smem_rows + (tile & 1) * kBlockN, sk - key0, int(p.head_dim),
                                                  int(p.head_dim_v), smem_k + stage * Config::kSmemKV,
                                                  smem_v + stage * Config::kSmemKV);
   };
@@ -393,7 +402,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
         uint32_t bk[4];  // b0,b1 of key tiles t and t + 1
         const int b_row = warp_key0 + t * 8 + (lane % 8) + (lane / 16) * 8;
         const int b_col = kstep * 16 + ((lane / 8) % 2) * 8;
-        sm80::ldmatrix_x4(bk, sm80::smem_address(k_tile + b_row * kRowStride + b_col));
+        sm80::ldmatrix_x4(bk, sm80::smem_address(k_tile + KVRows::offset(b_row, b_col)));
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
           sm80::mma_m16n8k16<Element>(s[m][t], a[m], bk[0], bk[1]);
@@ -540,7 +549,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
         uint32_t bv[4];  // b0,b1 of head-dim tiles t and t + 1
         const int v_row = warp_key0 + kstep * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
         const int v_col = t * 8 + (lane / 16) * 8;
-        sm80::ldmatrix_x4_trans(bv, sm80::smem_address(v_tile + v_row * kRowStride + v_col));
+        sm80::ldmatrix_x4_trans(bv, sm80::smem_address(v_tile + KVRows::offset(v_row, v_col)));
 #pragma unroll
         for (int m = 0; m < kMTiles; ++m) {
           sm80::mma_m16n8k16<Element>(o[m][t], pa[m][kstep], bv[0], bv[1]);

@@ -51,7 +51,7 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
                          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, Config::kThreads,
                                                                        smem_bytes));
     splits = choose_fwd_splits({row_blocks * heads * p.batch, p.lens.seqlen_k, Config::kBlockN,
-                                limits.multiprocessors, resident});
+                                limits.multiprocessors, resident, Config::kWarpsSplitKeys});
   }
   if (row_blocks * splits > 0x7fffffff)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: too many row blocks for one launch");

@@ -106,10 +106,13 @@ constexpr bool same_kernel(const FwdKernelShape& k, const FwdPlan& plan) {
          k.warps == plan.warps && k.dropout == plan.dropout && k.general_score == plan.general_score;
 }
 
-// Shared memory of a kernel: Q and two stages of K and V, rows padded by 16 bytes (fp16/bf16);
-// staged pages add where two tiles' rows lie, 8 bytes a row. (fwd_launch.cu checks both against
-// FwdConfig.)
-constexpr int fwd_smem_bytes(const FwdPlan& plan) { return 2 * (plan.block_m + 4 * plan.block_n) * (plan.head_dim + 8); }
+// Shared memory of a kernel: Q and two stages of K and V, rows padded by 16 bytes (fp16/bf16) but
+// the K/V rows of the key-split decode tiles (16 rows, swizzled instead); staged pages add where
+// two tiles' rows lie, 8 bytes a row. (fwd_launch.cu checks both against FwdConfig.)
+constexpr int fwd_smem_bytes(const FwdPlan& plan) {
+  const int kv_row = plan.block_m == 16 && plan.warps > 1 ? plan.head_dim : plan.head_dim + 8;
+  return 2 * plan.block_m * (plan.head_dim + 8) + 2 * 4 * plan.block_n * kv_row;
+}
 constexpr int fwd_pages_smem_bytes(const FwdPlan& plan) { return 2 * plan.block_n * 8; }
 
 // The query rows per (sequence, head) the kernel sees: decoding with GQA packs the query heads
@@ -252,15 +255,24 @@ struct SplitInputs {
   int64_t tile_keys = 0;     // keys per K/V tile of the kernel
   int multiprocessors = 0;
   int ctas_per_sm = 1;       // resident CTAs per SM (occupancy of the kernel)
+  bool memory_bound = false;  // the key-split decode tiles: a call reads each K/V tile once
 };
 
-// Splits for num_splits = 0, FlashAttention's wave rule: none when the CTAs already fill every
-// resident slot; otherwise the fewest splits whose last wave is at least 85 % as full as the best
-// choice's (a wave = multiprocessors x ctas_per_sm CTAs), keeping at least two key tiles per split
-// and at most 64 splits.
+// Splits for num_splits = 0, FlashAttention's wave rule: the fewest splits whose last wave is at
+// least 85 % as full as the best choice's (a wave = multiprocessors x ctas_per_sm CTAs), keeping at
+// least two key tiles per split and at most 64 splits. When the CTAs already fill every resident
+// slot: none, except on memory-bound decode tiles, whose last, partial wave reads at a fraction of
+// the bandwidth for a whole CTA's time: those split into the fewest parts that make four waves,
+// each keeping 32 key tiles (docs/PERF.md: 64 x 8k keys 1.22x, 128 x 8k 1.05x).
 inline int choose_fwd_splits(const SplitInputs& in) {
   const int64_t slots = int64_t(std::max(1, in.multiprocessors)) * std::max(1, in.ctas_per_sm);
-  if (in.ctas <= 0 || in.ctas >= slots) return 1;
+  if (in.ctas <= 0) return 1;
+  if (in.ctas >= slots) {
+    if (!in.memory_bound) return 1;
+    const int64_t for_waves = (4 * slots + in.ctas - 1) / in.ctas;
+    const int64_t by_keys = in.longest_keys / (32 * std::max<int64_t>(1, in.tile_keys));
+    return int(std::clamp<int64_t>(std::min(for_waves, by_keys), 1, 64));
+  }
   const int64_t by_keys = std::max<int64_t>(1, in.longest_keys / (2 * std::max<int64_t>(1, in.tile_keys)));
   const int max_splits = int(std::min<int64_t>(64, by_keys));
   const auto efficiency = [&](int splits) {

@@ -19,6 +19,22 @@ constexpr int l2_prefetch_bytes() {
   else return 0;
 }
 
+// Where a loader puts a row's 16-byte chunks in shared memory: rows padded by 16 bytes
+// (Config::kRowStride), or, kSwizzled, unpadded rows (Config::kKVRowStride) whose chunk c of row r
+// lies at chunk c ^ (r % 8) of its 128-byte group (fwd_kernel.cuh, FwdConfig::kSwizzleKV).
+template <typename Config, bool kSwizzled>
+struct SmemRows {
+  static constexpr int kStride = [] {
+    if constexpr (kSwizzled) return Config::kKVRowStride;
+    else return Config::kRowStride;
+  }();
+  // Element offset of (row, col), col a multiple of 8.
+  static __device__ __forceinline__ int offset(int row, int col) {
+    if constexpr (kSwizzled) return row * kStride + (((col / 8) ^ (row & 7)) * 8);
+    else return row * kStride + col;
+  }
+};
+
 // How the CTA's threads cover a tile of kRows rows of 16-byte chunks: each thread copies one column
 // of chunks every kRowStep rows. When the chunks of a row do not divide the threads (head dims 96,
 // 160, 192, 224), the threads past the last whole row group idle and the last step covers a
@@ -36,22 +52,24 @@ struct TileThreads {
 // rows past `rows_valid` and columns past `dim` are zero-filled (TileThreads: which thread copies
 // what), so dense and varlen layouts need one address computation per thread and tile; paged
 // caches look each row's page up (load_paged_tile_async).
-template <typename Config, int kRows>
+template <typename Config, int kRows, bool kSwizzled = false>
 __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                       int64_t rows_valid, int dim, typename Config::Element* smem);
 
-template <typename Config, int kRows>
+template <typename Config, int kRows, bool kSwizzled = false>
 __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                 int64_t rows_valid, int dim, typename Config::Element* smem) {
   using Element = typename Config::Element;
   using Threads = TileThreads<Config, kRows>;
+  using Rows = SmemRows<Config, kSwizzled>;
   constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
   constexpr bool kExact = Threads::kExact;
+  static_assert(!kSwizzled || kRowStep % 8 == 0, "a thread's rows share their swizzle");
   const Element* base = static_cast<const Element*>(view.data);
   const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
   if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
   const bool col_valid = col < dim;
-  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
+  const uint32_t dst = sm80::smem_address(smem + Rows::offset(first_row, col));
   // Whether step i of this thread lands inside the tile (always, when the rows divide evenly).
   auto in_tile = [&](int i) { return kExact || first_row + i * kRowStep < kRows; };
   if (view.block_table == nullptr) {
@@ -61,11 +79,11 @@ __device__ __forceinline__ void load_tile_async(const RowsView& view, int64_t b,
     for (int i = 0; i < kSteps; ++i) {
       if (!in_tile(i)) break;
       const bool valid = col_valid && first_row + i * kRowStep < rows_valid;
-      sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kRowStep * Config::kRowStride * int(sizeof(Element)), valid ? src + i * step : base,
+      sm80::cp_async_16<l2_prefetch_bytes<Config>()>(dst + i * kRowStep * Rows::kStride * int(sizeof(Element)), valid ? src + i * step : base,
                         valid);
     }
   } else {
-    load_paged_tile_async<Config, kRows>(view, b, head, row0, rows_valid, dim, smem);
+    load_paged_tile_async<Config, kRows, kSwizzled>(view, b, head, row0, rows_valid, dim, smem);
   }
 }
 
@@ -103,11 +121,12 @@ __device__ __forceinline__ void load_packed_query_tile_async(const RowsView& vie
 // capacity fits int32, validated) spare the 64-bit divisions. The view's fields stay in the kernel
 // parameter space: no registers held across the key loop. Pages and the left padding are clamped
 // into the cache (RowsView::page, RowsView::first_position).
-template <typename Config, int kRows>
+template <typename Config, int kRows, bool kSwizzled>
 __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int64_t b, int64_t head, int64_t row0,
                                                       int64_t rows_valid, int dim, typename Config::Element* smem) {
   using Element = typename Config::Element;
   using Threads = TileThreads<Config, kRows>;
+  using Rows = SmemRows<Config, kSwizzled>;
   constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
   constexpr bool kExact = Threads::kExact;
   const Element* base = static_cast<const Element*>(view.data);
@@ -122,8 +141,8 @@ __device__ __forceinline__ void load_paged_tile_async(const RowsView& view, int6
   for (int i = 0; i < kSteps; ++i)
     page[i] = i * kRowStep < rows_left ? entry_below(pages[(first + i * kRowStep) / page_size], view.extent) : 0;
   const Element* head_rows = base + head * view.head_stride + col;
-  const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
-  constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+  const uint32_t dst = sm80::smem_address(smem + Rows::offset(first_row, col));
+  constexpr uint32_t kDstStep = kRowStep * Rows::kStride * sizeof(Element);
 #pragma unroll
   for (int i = 0; i < kSteps; ++i) {
     if (!kExact && first_row + i * kRowStep >= kRows) break;
@@ -146,22 +165,24 @@ struct PagedRow {
 // costs a shared load shared by K and V and two multiply-adds. Unrolled by four, so that a
 // thread's copies issue back to back without holding every address at once (the MMAs' registers
 // are live here). Rows from rows_valid on and columns past dim_k / dim_v are zero-filled.
-template <typename Config, int kRows>
+template <typename Config, int kRows, bool kSwizzled = false>
 __device__ __forceinline__ void copy_staged_paged_kv_async(const RowsView& k, const RowsView& v, int64_t head, const PagedRow* tile_rows,
                                                            int rows_valid, int dim_k, int dim_v, typename Config::Element* k_smem,
                                                            typename Config::Element* v_smem) {
   using Element = typename Config::Element;
   using Threads = TileThreads<Config, kRows>;
+  using Rows = SmemRows<Config, kSwizzled>;
   constexpr int kRowStep = Threads::kRowStep;
+  static_assert(!kSwizzled || kRowStep % 8 == 0, "a thread's rows share their swizzle");
   const int first_row = threadIdx.x / Threads::kChunksPerRow, col = (threadIdx.x % Threads::kChunksPerRow) * 8;
   if (!Threads::kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
   const Element* k_base = static_cast<const Element*>(k.data);
   const Element* v_base = static_cast<const Element*>(v.data);
   const Element* k_rows = k_base + head * k.head_stride + col;
   const Element* v_rows = v_base + head * v.head_stride + col;
-  const uint32_t k_dst = sm80::smem_address(k_smem + first_row * Config::kRowStride + col);
-  const uint32_t v_dst = sm80::smem_address(v_smem + first_row * Config::kRowStride + col);
-  constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+  const uint32_t k_dst = sm80::smem_address(k_smem + Rows::offset(first_row, col));
+  const uint32_t v_dst = sm80::smem_address(v_smem + Rows::offset(first_row, col));
+  constexpr uint32_t kDstStep = kRowStep * Rows::kStride * sizeof(Element);
 #pragma unroll 4
   for (int i = 0; i < Threads::kSteps; ++i) {
     const int r = first_row + i * kRowStep;
@@ -181,10 +202,11 @@ __device__ __forceinline__ void copy_staged_paged_kv_async(const RowsView& k, co
 // costs each thread one multiply-add and each 16-byte copy an add, where load_tile_async re-derives
 // every row's address per tile (a varlen offset load, 64-bit multiplies, the layout branches): in
 // the forward's key loop that was about as many instructions as the softmax.
-template <typename Config, int kRows>
+template <typename Config, int kRows, bool kSwizzled = false>
 struct StridedTileLoader {
   using Element = typename Config::Element;
   using Threads = TileThreads<Config, kRows>;
+  using Rows = SmemRows<Config, kSwizzled>;
   static constexpr int kChunksPerRow = Threads::kChunksPerRow, kRowStep = Threads::kRowStep, kSteps = Threads::kSteps;
   static constexpr bool kExact = Threads::kExact;
 
@@ -218,8 +240,9 @@ struct StridedTileLoader {
   __device__ __forceinline__ void load_rows(const Element* head_rows, int row0, int rows_valid, Element* smem) const {
     const int first_row = threadIdx.x / kChunksPerRow, col = (threadIdx.x % kChunksPerRow) * 8;
     if (!kExact && first_row >= kRowStep) return;  // a thread past the last whole row group
-    const uint32_t dst = sm80::smem_address(smem + first_row * Config::kRowStride + col);
-    constexpr uint32_t kDstStep = kRowStep * Config::kRowStride * sizeof(Element);
+    static_assert(!kSwizzled || kRowStep % 8 == 0, "a thread's rows share their swizzle");
+    const uint32_t dst = sm80::smem_address(smem + Rows::offset(first_row, col));
+    constexpr uint32_t kDstStep = kRowStep * Rows::kStride * sizeof(Element);
     const Element* src = head_rows + int64_t(row0 + first_row) * row_stride + col;
     const int64_t step = kRowStep * row_stride;
     auto in_tile = [&](int i) { return kExact || first_row + i * kRowStep < kRows; };

@@ -232,6 +232,23 @@ TEST(Fa2FwdPlan, NoSplitWhenTheCtasFillTheGpu) {
   EXPECT_EQ(choose_fwd_splits(h200(1000, 1 << 17)), 1);
 }
 
+// Memory-bound decode tiles past one wave (396 slots: 3 CTAs on 132 SMs, 64-key tiles): the fewest
+// splits that make four waves, each split keeping 32 tiles.
+TEST(Fa2FwdPlan, DecodeTilesSplitIntoFourWaves) {
+  const auto decode = [](int64_t ctas, int64_t keys) {
+    return SplitInputs{ctas, keys, 64, 132, 3, true};
+  };
+  EXPECT_EQ(choose_fwd_splits(decode(1024, 8192)), 2);  // batch 128 x 8 KV heads
+  EXPECT_EQ(choose_fwd_splits(decode(512, 8192)), 4);   // batch 64
+  EXPECT_EQ(choose_fwd_splits(decode(512, 4096)), 2);   // 32 tiles a split at most
+  EXPECT_EQ(choose_fwd_splits(decode(2048, 8192)), 1);  // four waves already
+  EXPECT_EQ(choose_fwd_splits(decode(400, 1024)), 1);   // too few tiles to split
+  EXPECT_EQ(choose_fwd_splits(decode(396, 1 << 20)), 4);
+  SplitInputs prefill = decode(512, 8192);
+  prefill.memory_bound = false;
+  EXPECT_EQ(choose_fwd_splits(prefill), 1);
+}
+
 TEST(Fa2FwdPlan, DecodeFillsWholeWaves) {
   // Batch 8 x 8 KV heads after pack-GQA: 64 CTAs; 4 splits make 256 of 264 slots.
   const SplitInputs b8 = h200(64, 8192);
