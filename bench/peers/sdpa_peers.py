@@ -9,7 +9,8 @@ beside which the attention numbers are read.
 dense cache, nothing appended; SDPA has no paged cache), forward, GB/s of K+V read, with the L2
 flushed before each timed call as flashattn_bench and fa3_bench.py (triton's do_bench) do. Rows
 carry flashattn_bench's decode columns (seqlen_q, seqlen_k, heads_q, heads_k, page_size 0, append)
-for join.py. Needs torch >= 2.5 for grouped-query heads (enable_gqa).
+for join.py, after the copy ceiling of the run (a 2 GiB device copy: GB/s read + written). Needs
+torch >= 2.5 for grouped-query heads (enable_gqa).
 
 usage: python3 bench/peers/sdpa_peers.py [--grid peers|decode] [--direction fwd|bwd|both] [--json FILE]
                                          [--gemm-only]
@@ -46,6 +47,15 @@ def gemm_tflops(n=8192):
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     ms = median_ms(lambda: torch.matmul(a, b), warmup=5, repeats=20)
     return 2 * n**3 / ms / 1e9
+
+
+def copy_ceiling_gbps(gib=2):
+    """Device-to-device copy of `gib` GiB (torch's copy_): bytes read plus bytes written per second,
+    the memory bandwidth a streaming kernel reaches in this run (the decode grid's ceiling)."""
+    src = torch.empty(gib << 30, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), warmup=3, repeats=20)
+    return 2 * src.numel() / ms / 1e6
 
 
 # flashattn_bench's decode grid on a GPU (bench/grid.cpp, decode_grid): GQA 32/8 over every batch and
@@ -139,6 +149,8 @@ def main():
     print(f"# bf16 GEMM 8192^3 (cuBLAS, torch.matmul): {gemm_tflops():.1f} TFLOP/s")
     if args.gemm_only:
         return
+    if args.grid == "decode":
+        print(f"# copy ceiling (2 GiB device copy, read + write): {copy_ceiling_gbps():.0f} GB/s")
     rows = decode_rows() if args.grid == "decode" else peers_rows(args.direction)
     if args.json:
         with open(args.json, "w") as f:

@@ -5,7 +5,8 @@
 # d128, bf16, dense cache. Writes LOGDIR/<ours|cudnn>-<b>x<sk>.txt and prints per kernel its
 # launch (grid, block, registers, shared memory), duration, DRAM throughput and occupancy.
 # usage: tools/gpu/ncu_decode.sh LOGDIR [BATCH,KEYS ...]   (default 1,8192 8,8192 8,32768)
-# NCU_DECODE_ARGS: more benchmark arguments for ours (e.g. "--num-splits 8").
+# NCU_DECODE_ARGS: more benchmark arguments for ours (e.g. "--num-splits 8"); NCU_DECODE_CUDNN=0
+# profiles ours only.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common_gpu.sh"
 logdir="${1:?usage: tools/gpu/ncu_decode.sh LOGDIR [BATCH,KEYS ...]}"
@@ -25,6 +26,7 @@ for shape in "${shapes[@]}"; do
   "$ncu_bin" --clock-control none -k "regex:fwd_kernel|combine" -s 2 -c 2 "${sections[@]}" \
     "$bench" --backend auto --shape "$b,1,$sk,32,128,8" --kvcache dense --warmup 1 --repeats 1 ${NCU_DECODE_ARGS:-} \
     >"$logdir/ours-${b}x$sk.txt" 2>&1 || true
+  [[ "${NCU_DECODE_CUDNN:-1}" == 1 ]] || continue
   "$ncu_bin" --clock-control none --profile-from-start off -c 8 "${sections[@]}" python3 - "$b" "$sk" \
     >"$logdir/cudnn-${b}x$sk.txt" 2>&1 <<'PY' || true
 import sys, torch
