@@ -6,6 +6,7 @@
 #include <string>
 
 #include "arch/sm80/math.cuh"
+#include "arch/sm90/grid_dependency.cuh"
 #include "common/cuda_status.h"
 #include "common/kvcache_problem.h"
 #include "common/numeric.h"
@@ -86,6 +87,8 @@ __global__ void __launch_bounds__(kThreads) combine_rows_kernel(const CombinePro
   constexpr int kRowThreads = 32 * kWarpsPerRow, kRowsPerBlock = kBlockWarps / kWarpsPerRow;
   __shared__ float slots[kBlockWarps];
   __shared__ float4 sums[kWarpsPerRow > 1 ? kBlockWarps : 1][32 * kVec / 4 > 0 ? 32 * kVec / 4 : 1];
+  // Launched as the forward's dependent (sm90): nothing of the partials is read before its writes.
+  sm90::wait_on_prerequisite_grids();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slot = warp / kWarpsPerRow, part = warp % kWarpsPerRow;
   const int64_t index = int64_t(blockIdx.x) * kRowsPerBlock + slot;
@@ -164,38 +167,47 @@ __global__ void __launch_bounds__(kThreads) combine_rows_kernel(const CombinePro
     c.lse[c.lse_strides.offset(0, r.b, r.i, r.h)] = empty ? -INFINITY : max_lse + logf(sum);
 }
 
+// On sm90 the combine launches as a programmatic dependent of the kernel before it in the stream
+// (the forward that wrote the partials): its blocks start as that kernel's last ones finish
+// instead of after the whole grid has drained and the launch gap (grid_dependency.cuh).
 template <int kVec>
-Status launch_rows(const CombineProblem& c, int warps_per_row, int64_t rows, cudaStream_t s) {
+Status launch_rows(const CombineProblem& c, int warps_per_row, int64_t rows, bool dependent_launch, cudaStream_t s) {
   const int64_t rows_per_block = kBlockWarps / warps_per_row;
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffff) return Status::error(ErrorCode::Unsupported, "out", "fa2 combine: too many rows for one launch");
+  void (*kernel)(CombineProblem) = combine_rows_kernel<kVec, 1>;
   switch (warps_per_row) {
-    case 8: combine_rows_kernel<kVec, 8><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
-    case 4: combine_rows_kernel<kVec, 4><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
-    case 2: combine_rows_kernel<kVec, 2><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
-    default: combine_rows_kernel<kVec, 1><<<unsigned(blocks), kThreads, 0, s>>>(c); break;
+    case 8: kernel = combine_rows_kernel<kVec, 8>; break;
+    case 4: kernel = combine_rows_kernel<kVec, 4>; break;
+    case 2: kernel = combine_rows_kernel<kVec, 2>; break;
+    default: break;
   }
-  return cuda_status("fa2 combine: launch", cudaGetLastError());
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(kThreads);
+  config.stream = s;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent_launch ? 1 : 0;
+  return cuda_status("fa2 combine: launch", cudaLaunchKernelEx(&config, kernel, c));
 }
 
 }  // namespace
 
 Status combine(const CombineProblem& c, void* stream, const CombinePlan* forced_plan) {
-  CombinePlan plan;
-  if (forced_plan != nullptr) {
-    plan = *forced_plan;
-  } else {
-    DeviceLimits limits;
-    if (Status st = device_limits(&limits, "fa2 combine: reading the device"); !st.ok()) return st;
-    plan = combine_plan(c, limits.multiprocessors);
-  }
+  DeviceLimits limits;
+  if (Status st = device_limits(&limits, "fa2 combine: reading the device"); !st.ok()) return st;
+  const CombinePlan plan = forced_plan != nullptr ? *forced_plan : combine_plan(c, limits.multiprocessors);
   if (const std::string misfit = combine_plan_misfit(plan, c); !misfit.empty())
     return Status::error(ErrorCode::InvalidArgument, "plan", "fa2 combine: the forced plan does not fit the call: " + misfit);
   const int64_t rows = c.batch * c.seqlen * c.heads;
   if (rows == 0) return {};
   const auto s = static_cast<cudaStream_t>(stream);
-  return plan.vector_width == 4 ? launch_rows<4>(c, plan.warps_per_row, rows, s)
-                                : launch_rows<1>(c, plan.warps_per_row, rows, s);
+  const bool dependent_launch = limits.arch >= 90;
+  return plan.vector_width == 4 ? launch_rows<4>(c, plan.warps_per_row, rows, dependent_launch, s)
+                                : launch_rows<1>(c, plan.warps_per_row, rows, dependent_launch, s);
 }
 
 }  // namespace flashattn::fa2

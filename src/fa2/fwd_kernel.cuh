@@ -20,6 +20,7 @@
 #include "arch/sm80/ldmatrix.cuh"
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
+#include "arch/sm90/grid_dependency.cuh"
 #include "fa2/tile_load.cuh"
 #include "common/mask.h"
 #include "common/pack_gqa.h"
@@ -558,6 +559,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       }
     }
   }
+
+  // The combine after a split call may launch now, its blocks taking the slots this grid leaves
+  // (programmatic dependent launch): they wait for this grid's writes before reading them.
+  if (split_ws.splits > 1) sm90::launch_dependent_grids();
 
   // Epilogue: normalise, write O and the LSE (or this split's float partials); rows that saw no
   // key get 0 and -inf. O goes through this warp's own rows of the Q tile (no other warp reads

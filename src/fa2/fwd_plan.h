@@ -258,9 +258,18 @@ struct SplitInputs {
   bool memory_bound = false;  // the key-split decode tiles: a call reads each K/V tile once
 };
 
-// Splits for num_splits = 0, FlashAttention's wave rule: the fewest splits whose last wave is at
-// least 85 % as full as the best choice's (a wave = multiprocessors x ctas_per_sm CTAs), keeping at
-// least two key tiles per split and at most 64 splits. When the CTAs already fill every resident
+// Whether `splits` parts of `tiles` key tiles take fewer tiles each than splits - 1 parts do
+// (split_key_range gives each part ceil(tiles / splits)): otherwise the extra split only adds
+// empty CTAs and partials to combine while the longest split stays as long (FlashAttention's
+// eligibility rule; 128 tiles in 42 splits left 10 of them empty).
+constexpr bool split_shortens_parts(int64_t tiles, int64_t splits) {
+  return splits <= 1 || (tiles + splits - 1) / splits < (tiles + splits - 2) / (splits - 1);
+}
+
+// Splits for num_splits = 0, FlashAttention's wave rule: among the split counts that shorten the
+// parts (split_shortens_parts), the fewest whose last wave is at least 85 % as full as the best
+// one's (a wave = multiprocessors x ctas_per_sm CTAs), keeping at least two key tiles per split
+// and at most 64 splits. When the CTAs already fill every resident
 // slot: none, except on memory-bound decode tiles, whose last, partial wave reads at a fraction of
 // the bandwidth for a whole CTA's time: those split into the fewest parts that make four waves,
 // each keeping 32 key tiles (docs/PERF.md: 64 x 8k keys 1.22x, 128 x 8k 1.05x).
@@ -279,10 +288,12 @@ inline int choose_fwd_splits(const SplitInputs& in) {
     const double waves = double(in.ctas * splits) / double(slots);
     return waves / std::ceil(waves);
   };
+  const int64_t tiles = (in.longest_keys + std::max<int64_t>(1, in.tile_keys) - 1) / std::max<int64_t>(1, in.tile_keys);
   double best = 0;
-  for (int s = 1; s <= max_splits; ++s) best = std::max(best, efficiency(s));
   for (int s = 1; s <= max_splits; ++s)
-    if (efficiency(s) >= 0.85 * best) return s;
+    if (split_shortens_parts(tiles, s)) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= max_splits; ++s)
+    if (split_shortens_parts(tiles, s) && efficiency(s) >= 0.85 * best) return s;
   return 1;
 }
 

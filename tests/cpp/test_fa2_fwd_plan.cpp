@@ -261,6 +261,16 @@ TEST(Fa2FwdPlan, DecodeFillsWholeWaves) {
   EXPECT_LE(waves(b1, s1), 1.0);
 }
 
+// Batch 1, 8 KV heads, 8k keys (128 tiles) on 132 SMs x 3: 42 splits would give 32 parts of four
+// tiles and ten empty ones; 43 give parts of three.
+TEST(Fa2FwdPlan, SplitsThatLeavePartsAsLongAreSkipped) {
+  EXPECT_FALSE(split_shortens_parts(128, 42));
+  EXPECT_TRUE(split_shortens_parts(128, 43));
+  EXPECT_TRUE(split_shortens_parts(128, 1));
+  EXPECT_FALSE(split_shortens_parts(4, 3));  // 2 + 2 + 0
+  EXPECT_EQ(choose_fwd_splits(SplitInputs{8, 8192, 64, 132, 3, true}), 43);
+}
+
 TEST(Fa2FwdPlan, SplitsKeepTwoTilesAndAtMost64) {
   EXPECT_EQ(choose_fwd_splits(h200(8, 256)), 2);    // 4 tiles: at most 2 splits
   EXPECT_EQ(choose_fwd_splits(h200(8, 100)), 1);    // under two tiles: no split
@@ -278,10 +288,15 @@ TEST(Fa2FwdPlan, EveryChoiceIsNearTheBestWave) {
       const SplitInputs in = h200(ctas, keys);
       const int chosen = choose_fwd_splits(in);
       const int allowed = int(std::min<int64_t>(64, keys / 128));
+      const int64_t tiles = keys / 64;
       double best = 0;
-      for (int s = 1; s <= allowed; ++s) best = std::max(best, efficiency(in, s));
+      for (int s = 1; s <= allowed; ++s)
+        if (split_shortens_parts(tiles, s)) best = std::max(best, efficiency(in, s));
       EXPECT_LE(chosen, allowed);
+      EXPECT_TRUE(split_shortens_parts(tiles, chosen)) << ctas << " CTAs, " << keys << " keys: " << chosen;
       EXPECT_GE(efficiency(in, chosen), 0.85 * best) << ctas << " CTAs, " << keys << " keys: " << chosen;
+      // No split is left without keys (split_key_range's parts of ceil(tiles / chosen) tiles).
+      EXPECT_LT((chosen - 1) * ((tiles + chosen - 1) / chosen), tiles) << ctas << " CTAs, " << keys << " keys";
     }
 }
 

@@ -1,7 +1,7 @@
 // The sm90 primitive layer (src/arch/sm90) on the device: TMA loads with the 128-byte swizzle on
 // an mbarrier, wgmma with shared-memory descriptors (K-major A and B, MN-major A and B) and with
 // A from registers and an MN-major B, setmaxnreg with named barriers and elect, bulk copies and
-// bulk reductions, stmatrix. Skips without an sm90 GPU.
+// bulk reductions, stmatrix, programmatic dependent launch. Skips without an sm90 GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "arch/sm90/grid_dependency.cuh"
 #include "arch/sm90/mbarrier.cuh"
 #include "arch/sm90/reduce.cuh"
 #include "arch/sm90/stmatrix.cuh"
@@ -425,6 +426,71 @@ TEST(Sm90Primitives, StmatrixStoresRowsWhereTheLanesPointed) {
       ASSERT_EQ(got[slot * 4 + word], from * 4 + 0x1000u * (matrix + 1)) << "matrix " << matrix << " row " << row << " word " << word;
     }
   }
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Programmatic dependent launch: the primary lets its dependent launch first thing, then spins for
+// `spin_ns` before it writes `data` and the time it finished; the dependent notes when it started
+// and, after its wait, copies `data`.
+__global__ void pdl_primary_kernel(int* data, int n, uint64_t spin_ns, uint64_t* finished) {
+  sm90::launch_dependent_grids();
+  const uint64_t start = global_ns();
+  while (global_ns() - start < spin_ns) {
+  }
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) data[i] = 3 * i + 1;
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned long long*>(finished), global_ns());
+}
+
+__global__ void pdl_dependent_kernel(const int* data, int* copy, int n, uint64_t* started) {
+  if (threadIdx.x == 0) atomicMin(reinterpret_cast<unsigned long long*>(started), global_ns());
+  sm90::wait_on_prerequisite_grids();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) copy[i] = data[i];
+}
+
+TEST(Sm90Primitives, DependentGridStartsEarlyAndWaitsForTheWrites) {
+  SKIP_WITHOUT_SM90();
+  constexpr int kN = 1 << 16;
+  DeviceArray<int> data(kN), copy(kN);
+  DeviceArray<uint64_t> times(2);  // [0] primary finished, [1] dependent started
+  // A created stream: the legacy default stream serialises every launch.
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(8);
+  config.blockDim = dim3(256);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  // Round 0 loads both kernels (lazy module loading serialises a kernel's first launch); round 1
+  // must overlap.
+  for (int round = 0; round < 2; ++round) {
+    const uint64_t init[2] = {0, ~uint64_t(0)};
+    CUDA_CHECK(cudaMemset(data.ptr, 0, kN * sizeof(int)));
+    CUDA_CHECK(cudaMemset(copy.ptr, 0xff, kN * sizeof(int)));
+    CUDA_CHECK(cudaMemcpy(times.ptr, init, sizeof(init), cudaMemcpyHostToDevice));
+    pdl_primary_kernel<<<8, 256, 0, stream>>>(data.ptr, kN, 2'000'000, times.ptr);
+    CUDA_CHECK(cudaLaunchKernelEx(&config, pdl_dependent_kernel, static_cast<const int*>(data.ptr), copy.ptr, kN,
+                                  times.ptr + 1));
+    CUDA_CHECK_LAUNCH();
+    std::vector<int> got(kN);
+    CUDA_CHECK(cudaMemcpy(got.data(), copy.ptr, kN * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < kN; ++i) ASSERT_EQ(got[i], 3 * i + 1) << "round " << round << ", element " << i;
+    uint64_t t[2];
+    CUDA_CHECK(cudaMemcpy(t, times.ptr, sizeof(t), cudaMemcpyDeviceToHost));
+    // Launched before the primary's 2 ms spin ended: the trigger took effect.
+    if (round == 1)
+      EXPECT_LT(t[1], t[0]) << "the dependent started " << int64_t(t[1] - t[0]) << " ns after the primary finished";
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace
