@@ -182,16 +182,8 @@ Status launch_rows(const CombineProblem& c, int warps_per_row, int64_t rows, boo
     case 2: kernel = combine_rows_kernel<kVec, 2>; break;
     default: break;
   }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(blocks));
-  config.blockDim = dim3(kThreads);
-  config.stream = s;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = dependent_launch ? 1 : 0;
-  return cuda_status("fa2 combine: launch", cudaLaunchKernelEx(&config, kernel, c));
+  return cuda_status("fa2 combine: launch",
+                     sm90::launch_maybe_dependent(kernel, dim3(unsigned(blocks)), dim3(kThreads), 0, s, dependent_launch, c));
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ struct FwdConfig {
   // memory then fill one aligned 128-byte block of shared memory and leave as one L2 request
   // (padded rows cut each line's request in two: docs/PERF.md), and ldmatrix's eight rows of a
   // chunk still fall in eight different bank groups.
-  static constexpr bool kSwizzleKV = kBlockM == 16 && kWarps > 1;
+  static constexpr bool kSwizzleKV = kWarpsSplitKeys;
   static constexpr int kKVRowStride = kSwizzleKV ? kHeadDim : kRowStride;
   static constexpr int kSmemQ = kBlockM * kRowStride;
   static constexpr int kSmemKV = kBlockN * kKVRowStride;

@@ -269,26 +269,27 @@ constexpr bool split_shortens_parts(int64_t tiles, int64_t splits) {
 // Splits for num_splits = 0, FlashAttention's wave rule: among the split counts that shorten the
 // parts (split_shortens_parts), the fewest whose last wave is at least 85 % as full as the best
 // one's (a wave = multiprocessors x ctas_per_sm CTAs), keeping at least two key tiles per split
-// and at most 64 splits. When the CTAs already fill every resident
-// slot: none, except on memory-bound decode tiles, whose last, partial wave reads at a fraction of
-// the bandwidth for a whole CTA's time: those split into the fewest parts that make four waves,
-// each keeping 32 key tiles (docs/PERF.md: 64 x 8k keys 1.22x, 128 x 8k 1.05x).
+// and at most 64 splits. When the CTAs already fill every resident slot: none, except on
+// memory-bound decode tiles, whose last, partial wave reads at a fraction of the bandwidth for a
+// whole CTA's time: those split into the fewest parts that make four waves, each keeping 32 key
+// tiles (docs/PERF.md: 64 x 8k keys 1.22x, 128 x 8k 1.05x).
 inline int choose_fwd_splits(const SplitInputs& in) {
   const int64_t slots = int64_t(std::max(1, in.multiprocessors)) * std::max(1, in.ctas_per_sm);
+  const int64_t tile_keys = std::max<int64_t>(1, in.tile_keys);
   if (in.ctas <= 0) return 1;
   if (in.ctas >= slots) {
     if (!in.memory_bound) return 1;
     const int64_t for_waves = (4 * slots + in.ctas - 1) / in.ctas;
-    const int64_t by_keys = in.longest_keys / (32 * std::max<int64_t>(1, in.tile_keys));
+    const int64_t by_keys = in.longest_keys / (32 * tile_keys);
     return int(std::clamp<int64_t>(std::min(for_waves, by_keys), 1, 64));
   }
-  const int64_t by_keys = std::max<int64_t>(1, in.longest_keys / (2 * std::max<int64_t>(1, in.tile_keys)));
+  const int64_t by_keys = std::max<int64_t>(1, in.longest_keys / (2 * tile_keys));
   const int max_splits = int(std::min<int64_t>(64, by_keys));
   const auto efficiency = [&](int splits) {
     const double waves = double(in.ctas * splits) / double(slots);
     return waves / std::ceil(waves);
   };
-  const int64_t tiles = (in.longest_keys + std::max<int64_t>(1, in.tile_keys) - 1) / std::max<int64_t>(1, in.tile_keys);
+  const int64_t tiles = (in.longest_keys + tile_keys - 1) / tile_keys;
   double best = 0;
   for (int s = 1; s <= max_splits; ++s)
     if (split_shortens_parts(tiles, s)) best = std::max(best, efficiency(s));

@@ -6,6 +6,10 @@
 // no-ops and the launch attribute is not set (launches stay serialised).
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <utility>
+
 namespace flashattn::sm90 {
 
 // Lets the dependent grid launch once every CTA of this grid has called it (or exited). Safe at any
@@ -21,6 +25,25 @@ __device__ __forceinline__ void wait_on_prerequisite_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Launches `kernel` on `stream`, as a programmatic dependent of the kernel before it when
+// `dependent` (sm90 devices: the caller knows the arch; the kernel must wait before it reads what
+// that kernel writes, and before it writes what that kernel reads).
+template <typename... Params, typename... Args>
+cudaError_t launch_maybe_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                                   cudaStream_t stream, bool dependent, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace flashattn::sm90

@@ -462,15 +462,6 @@ TEST(Sm90Primitives, DependentGridWaitsForThePrimarysWrites) {
   // A created stream: the legacy default stream serialises every launch.
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(8);
-  config.blockDim = dim3(256);
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
   // Round 0 loads both kernels (lazy module loading may serialise a kernel's first launch).
   for (int round = 0; round < 2; ++round) {
     const uint64_t init[2] = {0, ~uint64_t(0)};
@@ -478,8 +469,8 @@ TEST(Sm90Primitives, DependentGridWaitsForThePrimarysWrites) {
     CUDA_CHECK(cudaMemset(copy.ptr, 0xff, kN * sizeof(int)));
     CUDA_CHECK(cudaMemcpy(times.ptr, init, sizeof(init), cudaMemcpyHostToDevice));
     pdl_primary_kernel<<<8, 256, 0, stream>>>(data.ptr, kN, 2'000'000, times.ptr);
-    CUDA_CHECK(cudaLaunchKernelEx(&config, pdl_dependent_kernel, static_cast<const int*>(data.ptr), copy.ptr, kN,
-                                  times.ptr + 1));
+    CUDA_CHECK(sm90::launch_maybe_dependent(pdl_dependent_kernel, dim3(8), dim3(256), 0, stream, true,
+                                            static_cast<const int*>(data.ptr), copy.ptr, kN, times.ptr + 1));
     CUDA_CHECK_LAUNCH();
     std::vector<int> got(kN);
     CUDA_CHECK(cudaMemcpy(got.data(), copy.ptr, kN * sizeof(int), cudaMemcpyDeviceToHost));
