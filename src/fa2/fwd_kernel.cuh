@@ -180,6 +180,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kRowStride = Config::kRowStride;
   constexpr int kMTiles = Config::kMTiles, kNTilesS = Config::kNTilesS, kNTilesO = Config::kNTilesO;
   constexpr int kRows = 2 * kMTiles;  // rows a thread holds: group and group + 8 of each m16 tile
+  // Launched as a programmatic dependent on sm90 (fwd_launch.cuh): what the kernel before it in
+  // the stream writes (a decode step's appended keys, its rotated queries) is read after this wait,
+  // and nothing is written before it.
+  sm90::wait_on_prerequisite_grids();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Element* smem_q = reinterpret_cast<Element*>(smem_raw);
   Element* smem_k = smem_q + Config::kSmemQ;  // [stage][kBlockN][kRowStride]

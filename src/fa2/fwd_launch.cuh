@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "arch/sm90/grid_dependency.cuh"
 #include "common/cuda_status.h"
 #include "common/pack_gqa.h"
 #include "common/split_kv.h"
@@ -68,8 +69,11 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
     ws.out_partial = buffer.as<float>();
     ws.lse_partial = ws.out_partial + out_elems;
   }
-  kernel<<<grid, Config::kThreads, smem_bytes, stream>>>(p, ws, plan.stage_pages, pack);
-  FLASHATTN_CUDA_CHECK("fa2 fwd: launch", cudaGetLastError());
+  // sm90: a programmatic dependent of the kernel before it (a decode step's append or rotary
+  // kernel lets it launch early; the kernel waits for their writes first).
+  FLASHATTN_CUDA_CHECK("fa2 fwd: launch",
+                       sm90::launch_maybe_dependent(kernel, grid, dim3(Config::kThreads), size_t(smem_bytes), stream,
+                                                    limits.arch >= 90, p, ws, bool(plan.stage_pages), pack));
   if (splits > 1) return combine(split_combine_problem(p, ws), stream);
   return {};
 }

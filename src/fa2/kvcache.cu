@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "arch/sm90/grid_dependency.cuh"
 #include "common/kvcache_problem.h"
 #include "common/numeric.h"
 #include "common/cuda_status.h"
@@ -48,6 +49,7 @@ __device__ __forceinline__ float rotated_element(const RotaryParams& r, DType dt
 
 // One block per (new token t, sequence b); threads stride over (kv head, element).
 __global__ void append_kernel(const KvCacheProblem kp) {
+  sm90::launch_dependent_grids();  // the attention kernel may launch; it waits for these writes
   const AttnProblem& p = kp.attn;
   const int64_t t = blockIdx.x, b = blockIdx.y;
   if (!kp.new_key_fits(b, t)) return;  // (garbage cache_seqlens only)
@@ -69,6 +71,7 @@ __global__ void append_kernel(const KvCacheProblem kp) {
 
 // One block per (query row i, sequence b): q rotated into a dense (batch, seqlen_q, heads_q, d) copy.
 __global__ void rotate_q_kernel(const KvCacheProblem kp, void* q_rotated) {
+  sm90::launch_dependent_grids();  // the attention kernel may launch; it waits for these writes
   const AttnProblem& p = kp.attn;
   const int64_t i = blockIdx.x, b = blockIdx.y;
   if (i >= p.lens.q(b)) return;  // varlen: past this sequence's rows
