@@ -29,6 +29,14 @@ fa_extract_ptxas_report() {
   fi
 }
 
+# fa_ncu_binary: the path of Nsight Compute's ncu (on PATH or under /opt/nvidia/nsight-compute).
+fa_ncu_binary() {
+  local ncu
+  ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1 || true)"
+  [[ -n "$ncu" ]] || fa_die "ncu not found"
+  echo "$ncu"
+}
+
 # fa_benchmark_binary: the path of build-gpu's flashattn_bench, after checking it is there and not a
 # hang-trap build (its mbarrier waits trap on a timeout and change register allocation: spills).
 fa_benchmark_binary() {

@@ -15,8 +15,7 @@ shapes=("$@")
   8,2048,8,256,1 2,8192,16,128,0 2,8192,16,128,1)
 mkdir -p "$logdir"
 bench="$(fa_benchmark_binary)"
-ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1 || true)"
-[[ -n "$ncu_bin" ]] || fa_die "ncu not found"
+ncu_bin="$(fa_ncu_binary)"
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
 for shape in "${shapes[@]}"; do
   IFS=, read -r b s h d causal <<<"$shape"

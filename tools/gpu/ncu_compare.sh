@@ -14,8 +14,7 @@ sections=(--section SpeedOfLight --section WarpStateStats --section SchedulerSta
   --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats)
 # ncu leaves the clocks alone (the device notes: --clock-control none). The third launch of the
 # kernel is profiled (after two warm-ups).
-ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1 || true)"
-[[ -n "$ncu_bin" ]] || fa_die "ncu not found"
+ncu_bin="$(fa_ncu_binary)"
 profile() {
   local out="$1" regex="$2"
   shift 2

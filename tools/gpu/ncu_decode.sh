@@ -15,8 +15,7 @@ shapes=("$@")
 ((${#shapes[@]} > 0)) || shapes=(1,8192 8,8192 8,32768)
 mkdir -p "$logdir"
 bench="$(fa_benchmark_binary)"
-ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1 || true)"
-[[ -n "$ncu_bin" ]] || fa_die "ncu not found"
+ncu_bin="$(fa_ncu_binary)"
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
   --section WarpStateStats --section SchedulerStats)
 for shape in "${shapes[@]}"; do

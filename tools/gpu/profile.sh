@@ -18,8 +18,7 @@ fa_ensure_deps 0
 build_log="$logdir/profile-build.log"
 fa_gpu_configure "$build_log" OFF >/dev/null || fa_die "configure failed (see $build_log)"
 fa_build "$FA_GPU_BUILD" flashattn_bench >>"$build_log" 2>&1 || fa_die "build failed (see $build_log)"
-ncu_bin="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n1 || true)"
-[[ -n "$ncu_bin" ]] || fa_die "ncu not found"
+ncu_bin="$(fa_ncu_binary)"
 "$ncu_bin" --clock-control none --kernel-name "regex:${FA_NCU_KERNEL:-fwd_kernel}" --launch-skip 1 --launch-count 1 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats --section SourceCounters \
