@@ -44,7 +44,7 @@ for i in ids[ids.index(last):]:
     us = k["gpu__time_duration.sum"] / 1e3
     total += us
     mb = (k["dram__bytes_read.sum"] + k["dram__bytes_write.sum"]) / 1e6
-    print(f"  {k['name'][:40]:40s} {us:9.1f} us  {mb:8.1f} MB  {mb / us * 1e-3:6.2f} TB/s  dram {k['dram__throughput.avg.pct_of_peak_sustained_elapsed']:5.1f} %")
+    print(f"  {k['name'][:40]:40s} {us:9.1f} us  {mb:8.1f} MB  {mb / us:6.2f} TB/s  dram {k['dram__throughput.avg.pct_of_peak_sustained_elapsed']:5.1f} %")
 print(f"  kernels {total:.1f} us")
 PY
 done
