@@ -28,12 +28,11 @@ for ((round = 1; round <= rounds; ++round)); do
     name="${entry%%=*}" bin="${entry#*=}"
     [[ -x "$bin" ]] || { echo "bench_ab.sh: $bin is not an executable" >&2; exit 1; }
     for c in "${cases[@]}"; do
-      c="$(echo $c)"  # trimmed
-      [[ -n "$c" ]] || continue
-      # shellcheck disable=SC2086  # a case is benchmark arguments
-      value=$("$bin" --repeats 20 $c 2>&1 |
+      read -r -a args <<<"$c"  # a case's benchmark arguments
+      ((${#args[@]} > 0)) || continue
+      value=$("$bin" --repeats 20 "${args[@]}" 2>&1 |
         awk -v k="$from_end" '/^(auto|fa2|fa3|cpu) / {v = $(NF - k)} END {print v == "" ? "failed" : v}')
-      printf '%s\t%s\t%s\t%s\n' "$name" "$c" "$round" "$value" >>"$raw"
+      printf '%s\t%s\t%s\t%s\n' "$name" "${args[*]}" "$round" "$value" >>"$raw"
     done
   done
 done
