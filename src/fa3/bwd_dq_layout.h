@@ -20,6 +20,16 @@ FA_HD int dq_chunk_element(int r, int c) {
   return (128 * (c / 8) + t) * 4 + 2 * ((r % 16) / 8) + c % 2;
 }
 
+// Float4 f of a chunk (floats 4f .. 4f + 3) holds (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1)
+// for this (r, c): the conversion reads the chunk in float4 order.
+struct DqQuad {
+  int row, col;
+};
+FA_HD DqQuad dq_chunk_quad(int f) {
+  const int t = f % 128;
+  return {16 * (t / 32) + (t % 32) / 4, 8 * (f / 128) + 2 * (t % 4)};
+}
+
 // First float of the chunk holding workspace row `ws_row` (the (sequence, head)'s base row +
 // row) and column `col`.
 FA_HD int64_t dq_chunk_offset(int64_t ws_row, int col, int chunk_cols, int dq_cols) {

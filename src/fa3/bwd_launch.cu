@@ -33,33 +33,58 @@ constexpr int kBwdDeterministicSectionMb = 40;
 int bwd_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 // dQ fp32 (bwd_dq_layout.h) -> dtype, times dq_scale. Grid (rows_padded / 64, heads_q, batch):
-// each CTA converts one 64-row slab, two columns per thread and step.
+// each block converts one 64-row slab. Its threads read the slab's float4s in order (a float4 is
+// rows r and r + 8 at columns c and c + 1 of a chunk: dq_chunk_quad), the converted pairs meet in shared memory
+// (rows padded by 16 bytes: the pairs a warp writes fall in distinct banks), and the rows leave
+// with 16-byte stores (`wide`: dq rows 16-byte aligned) or 4-byte ones.
+inline constexpr int kConvertThreads = 256, kConvertRowPad = 8;
 template <typename Element>
-__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdProblem bp, const float* dq_accum, int64_t rows_padded,
-                                                             int dq_cols, int chunk_cols, float dq_scale) {
+__global__ void __launch_bounds__(kConvertThreads) bwd_convert_dq_kernel(const BwdProblem bp, const float* dq_accum,
+                                                                         int64_t rows_padded, int dq_cols, int chunk_cols,
+                                                                         float dq_scale, bool wide) {
+  __shared__ __align__(16) Element slab[64][256 + kConvertRowPad];
   const AttnProblem& p = bp.fwd;
   const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int sq = int(std::min<int64_t>(p.lens.q(b), rows_padded));
-  const int pairs = int(p.head_dim / 2);
   const int row_first = int(blockIdx.x) * 64;
+  const int sq = int(std::min<int64_t>(p.lens.q(b), rows_padded));
+  if (row_first >= sq) return;
+  const float4* src = reinterpret_cast<const float4*>(dq_accum + ((b * p.heads_q + h) * rows_padded + row_first) * dq_cols);
+  const int chunk_float4s = 16 * chunk_cols;  // 64 rows x chunk_cols columns
+#pragma unroll 4
+  for (int i = threadIdx.x; i < 16 * dq_cols; i += kConvertThreads) {
+    const float4 v = src[i];
+    const int chunk = i / chunk_float4s, f = i - chunk * chunk_float4s;
+    const DqQuad q = dq_chunk_quad(f);
+    const int r = q.row, col = chunk * chunk_cols + q.col;
+    *reinterpret_cast<uint32_t*>(&slab[r][col]) = sm80::pack2<Element>(v.x * dq_scale, v.y * dq_scale);
+    *reinterpret_cast<uint32_t*>(&slab[r + 8][col]) = sm80::pack2<Element>(v.z * dq_scale, v.w * dq_scale);
+  }
+  __syncthreads();
   Element* dq = static_cast<Element*>(bp.dq.data);
-  for (int i = threadIdx.x; i < 64 * pairs; i += blockDim.x) {
-    const int row = row_first + i / pairs, col = 2 * (i % pairs);
-    if (row >= sq) break;
-    const int64_t ws_row = (b * p.heads_q + h) * rows_padded + row;
-    const float2 v = *reinterpret_cast<const float2*>(dq_accum + dq_chunk_offset(ws_row, col, chunk_cols, dq_cols) +
-                                                      dq_chunk_element(row % 64, col % chunk_cols));
-    *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) = sm80::pack2<Element>(v.x * dq_scale, v.y * dq_scale);
+  const int d = int(p.head_dim), rows = std::min(64, sq - row_first);
+  if (wide) {
+    const int per_row = d / 8;
+    for (int i = threadIdx.x; i < rows * per_row; i += kConvertThreads) {
+      const int r = i / per_row, c = 8 * (i - r * per_row);
+      *reinterpret_cast<uint4*>(dq + bp.dq.offset(b, row_first + r, h) + c) = *reinterpret_cast<const uint4*>(&slab[r][c]);
+    }
+  } else {
+    const int per_row = d / 2;
+    for (int i = threadIdx.x; i < rows * per_row; i += kConvertThreads) {
+      const int r = i / per_row, c = 2 * (i - r * per_row);
+      *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row_first + r, h) + c) = *reinterpret_cast<const uint32_t*>(&slab[r][c]);
+    }
   }
 }
 
 template <typename Element>
 Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
+  // The row statistics kernel also zeroes the dQ accumulator (its 64-row slabs are contiguous).
   FLASHATTN_CUDA_CHECK("fa3 bwd: preprocess kernel launch",
                        gpu::launch_bwd_row_stats<Element>(args.problem,
                                                           {const_cast<float*>(args.lse_log2), const_cast<float*>(args.delta),
-                                                           args.rows_padded},
+                                                           args.rows_padded, args.dq_accum, plan.head_dim},
                                                           stream));
   const Status st = plan.head_dim == 64    ? bwd_hdim64(args, plan, stream)
                     : plan.head_dim == 128 ? bwd_hdim128(args, plan, stream)
@@ -70,8 +95,9 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
                          : plan.head_dim == 128 ? BwdConfig<Element, 128, 64, false>::kDqCols
                                                 : BwdConfig<Element, 256, 64, false>::kDqCols;
   const float dq_scale = plan.general_score ? 1.f : p.score.scale;
-  bwd_convert_dq_kernel<Element><<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), 256, 0, stream>>>(
-      args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale);
+  bwd_convert_dq_kernel<Element>
+      <<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), kConvertThreads, 0, stream>>>(
+          args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale, gpu::rows_aligned_16(args.problem.dq));
   return cuda_status("fa3 bwd: dq convert kernel launch", cudaGetLastError());
 }
 
@@ -167,7 +193,8 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;
   args.rows_padded = (rows + kRowAlign - 1) / kRowAlign * kRowAlign;
 
-  // One allocation: [lse_log2 | delta | dq_accum | dq_semaphores]; the last two start zeroed.
+  // One allocation: [lse_log2 | delta | dq_accum | dq_semaphores]; the last two start zeroed (the
+  // accumulator by the row statistics kernel).
   const size_t row_slots = size_t(p.batch) * size_t(p.heads_q) * size_t(args.rows_padded);
   const size_t lse_bytes = row_slots * sizeof(float);
   const size_t accum_bytes = row_slots * size_t(plan.head_dim) * sizeof(float);
@@ -180,7 +207,8 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   args.delta = reinterpret_cast<float*>(base + lse_bytes);
   args.dq_accum = reinterpret_cast<float*>(base + 2 * lse_bytes);
   args.dq_semaphores = problem.deterministic ? reinterpret_cast<int*>(base + 2 * lse_bytes + accum_bytes) : nullptr;
-  FLASHATTN_CUDA_CHECK("fa3 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + semaphore_bytes, stream));
+  if (semaphore_bytes > 0)
+    FLASHATTN_CUDA_CHECK("fa3 bwd: zeroing the semaphores", cudaMemsetAsync(args.dq_semaphores, 0, semaphore_bytes, stream));
   const Status st = p.dtype == DType::F16 ? run_kernels<__half>(args, plan, stream) : run_kernels<__nv_bfloat16>(args, plan, stream);
   if (!st.ok()) return st;
   if (Status zeroed = zero_unused_key_grads(problem, stream); !zeroed.ok()) return zeroed;

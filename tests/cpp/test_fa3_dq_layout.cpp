@@ -37,6 +37,20 @@ TEST(Fa3DqLayout, EachThreadsAccumulatorsAreFloat4sInThreadOrder) {
   }
 }
 
+TEST(Fa3DqLayout, Float4QuadsNameTheirFourElements) {
+  for (int cols : {64, 128}) {
+    for (int f = 0; f < 16 * cols; ++f) {
+      const fa3::DqQuad q = fa3::dq_chunk_quad(f);
+      ASSERT_LT(q.row + 8, 64);
+      ASSERT_LT(q.col + 1, cols);
+      EXPECT_EQ(fa3::dq_chunk_element(q.row, q.col), 4 * f) << f;
+      EXPECT_EQ(fa3::dq_chunk_element(q.row, q.col + 1), 4 * f + 1) << f;
+      EXPECT_EQ(fa3::dq_chunk_element(q.row + 8, q.col), 4 * f + 2) << f;
+      EXPECT_EQ(fa3::dq_chunk_element(q.row + 8, q.col + 1), 4 * f + 3) << f;
+    }
+  }
+}
+
 TEST(Fa3DqLayout, ChunksFollowSlabsThenColumns) {
   EXPECT_EQ(fa3::dq_chunk_offset(0, 0, 64, 128), 0);
   EXPECT_EQ(fa3::dq_chunk_offset(63, 127, 64, 128), 64 * 64);
