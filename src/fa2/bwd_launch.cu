@@ -33,7 +33,8 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
   const AttnProblem& p = args.problem.fwd;
   const unsigned heads = unsigned(p.heads_q), batch = unsigned(p.batch);
   FLASHATTN_CUDA_CHECK("fa2 bwd: preprocess kernel launch",
-                       gpu::launch_bwd_row_stats<Element>(args.problem, {args.lse_log2, args.delta, args.rows_padded}, stream));
+                       gpu::launch_bwd_row_stats<Element>(
+                           args.problem, {args.lse_log2, args.delta, args.rows_padded, args.dq_accum, args.dq_cols}, stream));
   const Status st = launch_main<Element>(args, plan, stream);
   if (!st.ok()) return st;
   bwd_convert_dq_kernel<Element>
@@ -78,7 +79,8 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;
   args.rows_padded = (rows + kBwdRowAlign - 1) / kBwdRowAlign * kBwdRowAlign;
 
-  // One allocation: [lse_log2 | delta | dq_accum | dq_counters]; the last two start zeroed.
+  // One allocation: [lse_log2 | delta | dq_accum | dq_counters]; the last two start zeroed (the
+  // accumulator by the row statistics kernel: its 16-row tiles keep rows in order).
   const size_t row_slots = size_t(p.batch) * size_t(p.heads_q) * size_t(args.rows_padded);
   const size_t lse_bytes = row_slots * sizeof(float);
   const size_t accum_bytes = row_slots * size_t(args.dq_cols) * sizeof(float);
@@ -92,7 +94,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   args.dq_accum = reinterpret_cast<float*>(base + 2 * lse_bytes);
   args.dq_counters = reinterpret_cast<int*>(base + 2 * lse_bytes + accum_bytes);
 
-  FLASHATTN_CUDA_CHECK("fa2 bwd: zeroing the workspace", cudaMemsetAsync(args.dq_accum, 0, accum_bytes + counter_bytes, stream));
+  FLASHATTN_CUDA_CHECK("fa2 bwd: zeroing the counters", cudaMemsetAsync(args.dq_counters, 0, counter_bytes, stream));
   const Status st =
       p.dtype == DType::F16 ? run_kernels<__half>(args, plan, stream) : run_kernels<__nv_bfloat16>(args, plan, stream);
   if (!st.ok()) return st;
