@@ -76,6 +76,13 @@ struct RowsView {
   }
 };
 
+// Whether every row of a view of 2-byte elements starts 16-byte aligned (dense or varlen: the base
+// and every stride): then kernels move its rows with 16-byte accesses.
+inline bool rows_aligned_16(const RowsView& v) {
+  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.batch_stride % 8 == 0 && v.row_stride % 8 == 0 &&
+         v.head_stride % 8 == 0;
+}
+
 // softmax_lse: (batch, heads, seqlen) dense or (heads, total) varlen, float32.
 struct LseView {
   float* data = nullptr;

@@ -97,13 +97,6 @@ __global__ void __launch_bounds__(kRowStatsThreads) bwd_row_stats_kernel(const B
   }
 }
 
-// Whether every row of `v` starts 16-byte aligned (8 elements of 2 bytes): then rows are read
-// and written with 16-byte accesses.
-inline bool rows_aligned_16(const RowsView& v) {
-  return reinterpret_cast<uintptr_t>(v.data) % 16 == 0 && v.batch_stride % 8 == 0 && v.row_stride % 8 == 0 &&
-         v.head_stride % 8 == 0;
-}
-
 // Enqueues the kernel for every (row block, query head, sequence) of the problem.
 template <typename Element>
 cudaError_t launch_bwd_row_stats(const BwdProblem& bp, const BwdRowStats& stats, cudaStream_t stream) {

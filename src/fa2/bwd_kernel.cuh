@@ -674,27 +674,4 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_main_kernel(const Bwd
   }
 }
 
-// dQ fp32 -> dtype. Grid (rows_padded / kBwdConvertRowsPerCta, heads_q, batch).
-inline constexpr int kBwdConvertRowsPerCta = 16;
-
-template <typename Element>
-__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs args) {
-  const BwdProblem& bp = args.problem;
-  const AttnProblem& p = bp.fwd;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int sq = int(p.lens.q(b));
-  const int pairs = int(p.head_dim / 2);
-  const int row_first = int(blockIdx.x) * kBwdConvertRowsPerCta;
-  Element* dq = static_cast<Element*>(bp.dq.data);
-  for (int i = threadIdx.x; i < kBwdConvertRowsPerCta * pairs; i += blockDim.x) {
-    const int row = row_first + i / pairs, col = 2 * (i % pairs);
-    if (row >= sq) break;
-    const int64_t ws_row = (b * p.heads_q + h) * args.rows_padded + row;
-    const float2 v = *reinterpret_cast<const float2*>(args.dq_accum + dq_tile_index(ws_row, col, args.dq_cols) +
-                                                      dq_tile_offset(row % 16, col % 16));
-    *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row, h) + col) =
-        sm80::pack2<Element>(v.x * args.dq_scale, v.y * args.dq_scale);
-  }
-}
-
 }  // namespace flashattn::fa2

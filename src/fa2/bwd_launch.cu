@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cuda/bwd_convert_dq.cuh"
 #include "cuda/bwd_row_stats.cuh"
 #include "cuda/unused_key_grads.h"
 #include "fa2/bwd_main.cuh"
@@ -21,6 +22,11 @@ FLASHATTN_FA2_BWD_DECLARE(__nv_bfloat16, 256)
 
 namespace {
 
+// The FA2 dQ accumulator's slabs for the shared conversion (cuda/bwd_convert_dq.cuh).
+struct DqSlabLayout {
+  __device__ __forceinline__ DqQuad quad(int f, int dq_cols) const { return dq_slab_quad(f, dq_cols); }
+};
+
 template <typename Element>
 Status launch_main(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
   if (plan.head_dim == 64) return launch_bwd_main<Element, 64>(args, plan, stream);
@@ -30,16 +36,15 @@ Status launch_main(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
 
 template <typename Element>
 Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
-  const AttnProblem& p = args.problem.fwd;
-  const unsigned heads = unsigned(p.heads_q), batch = unsigned(p.batch);
   FLASHATTN_CUDA_CHECK("fa2 bwd: preprocess kernel launch",
                        gpu::launch_bwd_row_stats<Element>(
                            args.problem, {args.lse_log2, args.delta, args.rows_padded, args.dq_accum, args.dq_cols}, stream));
   const Status st = launch_main<Element>(args, plan, stream);
   if (!st.ok()) return st;
-  bwd_convert_dq_kernel<Element>
-      <<<dim3(unsigned(args.rows_padded / kBwdConvertRowsPerCta), heads, batch), 256, 0, stream>>>(args);
-  return cuda_status("fa2 bwd: dq convert kernel launch", cudaGetLastError());
+  FLASHATTN_CUDA_CHECK("fa2 bwd: dq convert kernel launch",
+                       gpu::launch_bwd_convert_dq<Element>(args.problem, args.dq_accum, args.rows_padded, args.dq_cols,
+                                                           DqSlabLayout{}, args.dq_scale, stream));
+  return {};
 }
 
 Status unsupported(const char* argument, const std::string& message) {

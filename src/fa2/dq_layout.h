@@ -22,4 +22,15 @@ FA_HD int dq_tile_row(int offset) { return (offset % 128) / 16 + 8 * ((offset / 
 // column `col`.
 FA_HD int64_t dq_tile_index(int64_t ws_row, int col, int dq_cols) { return ((ws_row / 16) * (dq_cols / 16) + col / 16) * 256; }
 
+// Float4 f of a 64-row slab (four 16-row groups of dq_cols / 16 tiles each) holds (r, c),
+// (r, c + 1), (r + 8, c), (r + 8, c + 1) for this (r, c): the conversion reads slabs in float4 order.
+struct DqQuad {
+  int row, col;
+};
+FA_HD DqQuad dq_slab_quad(int f, int dq_cols) {
+  const int group = f / (4 * dq_cols), in_group = f - group * 4 * dq_cols;
+  const int tile = in_group / 64, q = in_group % 64;
+  return {16 * group + (q % 32) / 4, 16 * tile + 8 * (q / 32) + 2 * (q % 4)};
+}
+
 }  // namespace flashattn::fa2

@@ -30,6 +30,14 @@ FA_HD DqQuad dq_chunk_quad(int f) {
   return {16 * (t / 32) + (t % 32) / 4, 8 * (f / 128) + 2 * (t % 4)};
 }
 
+// Float4 f of a 64-row slab (its chunks of chunk_cols columns side by side): dq_chunk_quad's
+// (r, c) in the slab's columns.
+FA_HD DqQuad dq_slab_quad(int f, int chunk_cols) {
+  const int chunk = f / (16 * chunk_cols);
+  const DqQuad q = dq_chunk_quad(f - chunk * 16 * chunk_cols);
+  return {q.row, chunk * chunk_cols + q.col};
+}
+
 // First float of the chunk holding workspace row `ws_row` (the (sequence, head)'s base row +
 // row) and column `col`.
 FA_HD int64_t dq_chunk_offset(int64_t ws_row, int col, int chunk_cols, int dq_cols) {

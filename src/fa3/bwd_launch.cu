@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/cuda_status.h"
+#include "cuda/bwd_convert_dq.cuh"
 #include "cuda/bwd_row_stats.cuh"
 #include "cuda/unused_key_grads.h"
 #include "fa3/bwd_dq_layout.h"
@@ -32,50 +33,11 @@ constexpr int kBwdDeterministicSectionMb = 40;
 // would split the 64-column blocks that the wide kernel's warpgroups take).
 int bwd_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-// dQ fp32 (bwd_dq_layout.h) -> dtype, times dq_scale. Grid (rows_padded / 64, heads_q, batch):
-// each block converts one 64-row slab. Its threads read the slab's float4s in order (a float4 is
-// rows r and r + 8 at columns c and c + 1 of a chunk: dq_chunk_quad), the converted pairs meet in shared memory
-// (rows padded by 16 bytes: the pairs a warp writes fall in distinct banks), and the rows leave
-// with 16-byte stores (`wide`: dq rows 16-byte aligned) or 4-byte ones.
-inline constexpr int kConvertThreads = 256, kConvertRowPad = 8;
-template <typename Element>
-__global__ void __launch_bounds__(kConvertThreads) bwd_convert_dq_kernel(const BwdProblem bp, const float* dq_accum,
-                                                                         int64_t rows_padded, int dq_cols, int chunk_cols,
-                                                                         float dq_scale, bool wide) {
-  __shared__ __align__(16) Element slab[64][256 + kConvertRowPad];
-  const AttnProblem& p = bp.fwd;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int row_first = int(blockIdx.x) * 64;
-  const int sq = int(std::min<int64_t>(p.lens.q(b), rows_padded));
-  if (row_first >= sq) return;
-  const float4* src = reinterpret_cast<const float4*>(dq_accum + ((b * p.heads_q + h) * rows_padded + row_first) * dq_cols);
-  const int chunk_float4s = 16 * chunk_cols;  // 64 rows x chunk_cols columns
-#pragma unroll 4
-  for (int i = threadIdx.x; i < 16 * dq_cols; i += kConvertThreads) {
-    const float4 v = src[i];
-    const int chunk = i / chunk_float4s, f = i - chunk * chunk_float4s;
-    const DqQuad q = dq_chunk_quad(f);
-    const int r = q.row, col = chunk * chunk_cols + q.col;
-    *reinterpret_cast<uint32_t*>(&slab[r][col]) = sm80::pack2<Element>(v.x * dq_scale, v.y * dq_scale);
-    *reinterpret_cast<uint32_t*>(&slab[r + 8][col]) = sm80::pack2<Element>(v.z * dq_scale, v.w * dq_scale);
-  }
-  __syncthreads();
-  Element* dq = static_cast<Element*>(bp.dq.data);
-  const int d = int(p.head_dim), rows = std::min(64, sq - row_first);
-  if (wide) {
-    const int per_row = d / 8;
-    for (int i = threadIdx.x; i < rows * per_row; i += kConvertThreads) {
-      const int r = i / per_row, c = 8 * (i - r * per_row);
-      *reinterpret_cast<uint4*>(dq + bp.dq.offset(b, row_first + r, h) + c) = *reinterpret_cast<const uint4*>(&slab[r][c]);
-    }
-  } else {
-    const int per_row = d / 2;
-    for (int i = threadIdx.x; i < rows * per_row; i += kConvertThreads) {
-      const int r = i / per_row, c = 2 * (i - r * per_row);
-      *reinterpret_cast<uint32_t*>(dq + bp.dq.offset(b, row_first + r, h) + c) = *reinterpret_cast<const uint32_t*>(&slab[r][c]);
-    }
-  }
-}
+// The FA3 dQ accumulator's slabs for the shared conversion (cuda/bwd_convert_dq.cuh).
+struct DqSlabLayout {
+  int chunk_cols;
+  __device__ __forceinline__ DqQuad quad(int f, int) const { return dq_slab_quad(f, chunk_cols); }
+};
 
 template <typename Element>
 Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream) {
@@ -95,10 +57,10 @@ Status run_kernels(const BwdArgs& args, const BwdPlan& plan, cudaStream_t stream
                          : plan.head_dim == 128 ? BwdConfig<Element, 128, 64, false>::kDqCols
                                                 : BwdConfig<Element, 256, 64, false>::kDqCols;
   const float dq_scale = plan.general_score ? 1.f : p.score.scale;
-  bwd_convert_dq_kernel<Element>
-      <<<dim3(unsigned(args.rows_padded / 64), unsigned(p.heads_q), unsigned(p.batch)), kConvertThreads, 0, stream>>>(
-          args.problem, args.dq_accum, args.rows_padded, plan.head_dim, chunk_cols, dq_scale, gpu::rows_aligned_16(args.problem.dq));
-  return cuda_status("fa3 bwd: dq convert kernel launch", cudaGetLastError());
+  FLASHATTN_CUDA_CHECK("fa3 bwd: dq convert kernel launch",
+                       gpu::launch_bwd_convert_dq<Element>(args.problem, args.dq_accum, args.rows_padded, plan.head_dim,
+                                                           DqSlabLayout{chunk_cols}, dq_scale, stream));
+  return {};
 }
 
 }  // namespace

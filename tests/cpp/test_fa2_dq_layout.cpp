@@ -36,6 +36,23 @@ TEST(Fa2DqLayout, EachLanesAccumulatorsAreOneFloat4InLaneOrder) {
     }
 }
 
+// The conversion reads a 64-row slab (rows 0..63 of a (sequence, head), dq_cols columns) in
+// float4 order: float4 f holds (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1) of dq_slab_quad(f).
+TEST(Fa2DqLayout, SlabFloat4QuadsNameTheirFourElements) {
+  for (int cols : {64, 128, 256}) {
+    auto at = [cols](int r, int c) { return fa2::dq_tile_index(r, c, cols) + fa2::dq_tile_offset(r % 16, c % 16); };
+    for (int f = 0; f < 16 * cols; ++f) {
+      const fa2::DqQuad q = fa2::dq_slab_quad(f, cols);
+      ASSERT_LT(q.row % 16 + 8, 16) << f;
+      ASSERT_LT(q.col + 1, cols) << f;
+      EXPECT_EQ(at(q.row, q.col), 4 * f) << f;
+      EXPECT_EQ(at(q.row, q.col + 1), 4 * f + 1) << f;
+      EXPECT_EQ(at(q.row + 8, q.col), 4 * f + 2) << f;
+      EXPECT_EQ(at(q.row + 8, q.col + 1), 4 * f + 3) << f;
+    }
+  }
+}
+
 TEST(Fa2DqLayout, TilesFollowRowBlocksThenColumnBlocks) {
   EXPECT_EQ(fa2::dq_tile_index(0, 0, 64), 0);
   EXPECT_EQ(fa2::dq_tile_index(15, 63, 64), 3 * 256);

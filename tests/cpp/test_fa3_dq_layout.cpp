@@ -51,6 +51,21 @@ TEST(Fa3DqLayout, Float4QuadsNameTheirFourElements) {
   }
 }
 
+TEST(Fa3DqLayout, SlabFloat4QuadsAreTheirChunksQuads) {
+  for (int chunk_cols : {64, 128})
+    for (int dq_cols : {chunk_cols, 2 * chunk_cols}) {
+      for (int f = 0; f < 16 * dq_cols; ++f) {
+        const fa3::DqQuad q = fa3::dq_slab_quad(f, chunk_cols);
+        const int64_t at = fa3::dq_chunk_offset(q.row, q.col, chunk_cols, dq_cols) + fa3::dq_chunk_element(q.row, q.col % chunk_cols);
+        EXPECT_EQ(at, 4 * f) << f;
+        EXPECT_EQ(fa3::dq_chunk_offset(q.row + 8, q.col + 1, chunk_cols, dq_cols) +
+                      fa3::dq_chunk_element(q.row + 8, (q.col + 1) % chunk_cols),
+                  4 * f + 3)
+            << f;
+      }
+    }
+}
+
 TEST(Fa3DqLayout, ChunksFollowSlabsThenColumns) {
   EXPECT_EQ(fa3::dq_chunk_offset(0, 0, 64, 128), 0);
   EXPECT_EQ(fa3::dq_chunk_offset(63, 127, 64, 128), 64 * 64);
