@@ -133,8 +133,10 @@ class CudaRunner final : public Runner {
       api::Fa3BwdOverride change;
       std::string why;
       if (!settings_.fa3_bwd_variant.empty()) change.kernel = *fa3::parse_bwd_kernel(settings_.fa3_bwd_variant, &why);  // (checked)
-      if (const auto it = settings_.fa3_bwd_plan.values.find("section_mb"); it != settings_.fa3_bwd_plan.values.end())
-        change.section_mb = it->second;
+      const auto& values = settings_.fa3_bwd_plan.values;
+      if (const auto it = values.find("section_mb"); it != values.end()) change.section_mb = it->second;
+      if (const auto it = values.find("section_wave"); it != values.end()) change.section_per_wave = it->second != 0;
+      if (const auto it = values.find("tma_store"); it != values.end()) change.tma_store_dkv = it->second != 0;
       if (!(st = api::bwd_fa3_forced(bp, change)).ok()) return skipped_plan(st);
       call = [&bp, change] { return api::bwd_fa3_forced(bp, change); };
     }

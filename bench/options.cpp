@@ -76,7 +76,9 @@ score-matrix memory and the max |difference| of the outputs.
                                each); e.g. pingpong=0,block_n=144
   --fa3-bwd-plan K=V[,K=V...]  with --backend fa3: the FA3 backward's plan (src/fa3/bwd_plan.h):
                                section_mb=N (the CTA order's sections of (sequence, kv head)
-                               groups; 0 = one group after another); e.g. section_mb=0
+                               groups; 0 = one group after another), section_wave=0|1 (without
+                               section_mb: sections of a wave of CTAs; set by causal calls),
+                               tma_store=0|1 (dK and dV by TMA stores); e.g. section_mb=0
   --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
                                (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap;
                                calls where it is not built are skipped)

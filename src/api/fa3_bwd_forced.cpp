@@ -26,7 +26,12 @@ Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const Fa3BwdOver
     plan.block_m = kernel->block_m;
     plan.variant = kernel->variant;
   }
-  if (change.section_mb) plan.section_mb = *change.section_mb;
+  if (change.section_mb) {
+    plan.section_mb = *change.section_mb;
+    plan.section_per_wave = false;
+  }
+  if (change.section_per_wave) plan.section_per_wave = *change.section_per_wave;
+  if (change.tma_store_dkv) plan.tma_store_dkv = *change.tma_store_dkv;
   return fa3::bwd(problem, params.stream, &plan);
 #else
   return unsupported("backend", "the FA3 backward is not in this build (configured without CUDA)");

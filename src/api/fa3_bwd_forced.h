@@ -12,7 +12,9 @@ namespace flashattn::api {
 // What a forced call changes in bwd_plan's choice for it; an unset field keeps the plan's.
 struct Fa3BwdOverride {
   std::optional<fa3::BwdKernel> kernel;  // a kernel of fa3/bwd_variants.h
-  std::optional<int> section_mb;         // fa3::BwdPlan::section_mb
+  std::optional<int> section_mb;         // fa3::BwdPlan::section_mb (set: section_per_wave off)
+  std::optional<bool> section_per_wave;  // fa3::BwdPlan::section_per_wave
+  std::optional<bool> tma_store_dkv;     // fa3::BwdPlan::tma_store_dkv
 };
 
 // bwd(params) on the FA3 path (params.backend is not consulted) with bwd_plan's choice for the

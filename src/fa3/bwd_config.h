@@ -85,8 +85,11 @@ struct BwdConfig {
 };
 
 // Tensor maps (4-D: head dim, heads, rows, sequences; boxes of 64 columns x kBlockM or kBlockN rows).
+// dkv_by_tma: the epilogue stores dK and dV through dk and dv (BwdPlan::tma_store_dkv), else from
+// registers.
 struct BwdMaps {
-  CUtensorMap q, k, v, dout;
+  CUtensorMap q, k, v, dout, dk, dv;
+  int dkv_by_tma;
 };
 
 // Everything else a launch passes. Workspaces, with R = rows_padded per (sequence, query head):

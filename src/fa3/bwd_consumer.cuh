@@ -29,6 +29,7 @@
 #include "fa3/bwd_block.cuh"
 #include "fa3/bwd_config.h"
 #include "fa3/bwd_dq_writer.cuh"
+#include "fa3/bwd_epilogue.cuh"
 #include "fa3/bwd_producer.cuh"
 #include "fa3/bwd_step_math.cuh"
 
@@ -145,7 +146,7 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
 
 // The consumer warpgroup's whole part: the steps, then dK and dV to global memory.
 template <typename Config>
-__device__ __forceinline__ void bwd_consumer(const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
+__device__ __forceinline__ void bwd_consumer(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   constexpr int kHeadDim = Config::kHeadDim, kAccRegs = kHeadDim / 2;
   BwdThread th;
   th.consumer = int(threadIdx.x / 128) - 1;
@@ -161,7 +162,7 @@ __device__ __forceinline__ void bwd_consumer(const BwdArgs& args, const BwdBlock
   const bool any_step = blk.steps() > 0;
   if (any_step) bwd_consume<Config>(args, blk, sm, dk, dv, th);
 
-  bwd_store_dk_dv<Config>(args, blk, th, 0, dk, dv, any_step);
+  bwd_epilogue<Config>(maps, args, blk, sm, th, 64 * th.consumer, 0, dk, dv, any_step);
 }
 
 }  // namespace flashattn::fa3

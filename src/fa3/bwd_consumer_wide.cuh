@@ -26,6 +26,7 @@
 #include "fa3/bwd_config.h"
 #include "fa3/bwd_dq_layout.h"
 #include "fa3/bwd_dq_writer.cuh"
+#include "fa3/bwd_epilogue.cuh"
 #include "fa3/bwd_producer.cuh"
 #include "fa3/bwd_step_math.cuh"
 
@@ -170,7 +171,7 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
 
 // The wide consumer warpgroup's whole part: the steps, then its columns of dK and dV.
 template <typename Config>
-__device__ __forceinline__ void bwd_consumer_wide(const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
+__device__ __forceinline__ void bwd_consumer_wide(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   constexpr int kAccRegs = Config::kDqCols / 2;
   BwdThread th;
   th.consumer = int(threadIdx.x / 128) - 1;
@@ -182,7 +183,7 @@ __device__ __forceinline__ void bwd_consumer_wide(const BwdArgs& args, const Bwd
   float dk[kAccRegs], dv[kAccRegs];  // started by the first step's wgmmas (see bwd_consumer)
   const bool any_step = blk.steps() > 0;
   if (any_step) bwd_consume_wide<Config>(args, blk, sm, dk, dv, th);
-  bwd_store_dk_dv<Config>(args, blk, th, th.consumer * Config::kDqCols, dk, dv, any_step);
+  bwd_epilogue<Config>(maps, args, blk, sm, th, 0, th.consumer * Config::kDqCols, dk, dv, any_step);
 }
 
 }  // namespace flashattn::fa3

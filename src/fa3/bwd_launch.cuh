@@ -16,22 +16,24 @@
 #include "fa3/bwd_plan.h"
 #include "fa3/bwd_variants.h"
 #include "fa3/fa3_backend.h"
+#include "fa3/launch_common.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
 
-// Tensor maps of q, k, v, dout for block_m-row Q/dO boxes and block_n-row K/V boxes (bwd_launch.cu).
-Status make_bwd_maps(const BwdProblem& bp, int block_m, int block_n, BwdMaps* maps);
+// Tensor maps of q, k, v, dout for block_m-row Q/dO boxes and block_n-row K/V boxes, and of dk
+// and dv where the plan stores them by TMA (bwd_launch.cu).
+Status make_bwd_maps(const BwdProblem& bp, const BwdPlan& plan, int block_m, int block_n, BwdMaps* maps);
 
 template <typename Config>
 Status launch_bwd_config(BwdArgs args, const BwdPlan& plan, cudaStream_t stream) {
   const AttnProblem& p = args.problem.fwd;
   const int64_t key_blocks = (p.lens.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
   if (key_blocks == 0 || p.batch == 0 || p.heads_k == 0) return {};
-  args.section_shift = bwd_section_shift(args.problem, plan, args.rows_padded, key_blocks);
+  args.section_shift = bwd_section_shift(args.problem, plan, args.rows_padded, key_blocks, sm_count());
   args.heads_k_divmod = FastDivmod(int(p.heads_k));
   BwdMaps maps;
-  if (Status st = make_bwd_maps(args.problem, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
+  if (Status st = make_bwd_maps(args.problem, plan, Config::kBlockM, Config::kBlockN, &maps); !st.ok()) return st;
   auto kernel = bwd_kernel<Config>;
   FLASHATTN_CUDA_CHECK("fa3 bwd", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   kernel<<<dim3(unsigned(key_blocks), unsigned(p.heads_k), unsigned(p.batch)), Config::kThreads, Config::kSmemBytes, stream>>>(maps,

@@ -32,6 +32,13 @@ struct BwdPlan {
   // this many MB run one after the other, their groups' key blocks interleaved (fa3/tile_order.h),
   // so that the CTAs running together add to different groups' rows; 0: one group after another.
   int section_mb = 0;
+  // Without section_mb: sections of the largest power of two of groups whose key blocks fit one
+  // wave of CTAs (the SM count). For calls whose key blocks differ in length (a causal mask): in
+  // one group after another, the last groups' long blocks start last and run alone at the end.
+  bool section_per_wave = false;
+  // dK and dV leave through shared memory with TMA stores (dense calls whose dk and dv the TMA can
+  // address), else from registers.
+  bool tma_store_dkv = true;
 };
 
 }  // namespace flashattn::fa3

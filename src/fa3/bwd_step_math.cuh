@@ -1,6 +1,6 @@
 // The per-step math of the FA3 backward's consumers (bwd_consumer.cuh, bwd_consumer_wide.cuh):
 // where a thread's accumulators sit, P^T and dS^T from S^T and dP^T, the mask decision, the K/V
-// tails, and dK/dV out to global memory.
+// tails. dK/dV out: bwd_epilogue.cuh.
 #pragma once
 
 #include <cmath>
@@ -166,38 +166,6 @@ __device__ __forceinline__ bool bwd_tile_unmasked(const AttnProblem& p, const Bw
   const int shift = blk.sk - blk.sq;
   return key0 + 64 <= blk.sk && (p.mask.window_right < 0 || key0 + 63 <= row0 + shift + p.mask.window_right) &&
          (p.mask.window_left < 0 || key0 >= rows_end - 1 + shift - p.mask.window_left);
-}
-
-// dK (plain scores: times the softmax scale left out of dS) and dV of this thread's keys
-// (th.key) and of its kRegs / 2 columns from col0, two elements per store, for every stored key
-// of the block; keys past seqused_k or seen by no row get 0.
-template <typename Config, int kRegs>
-__device__ __forceinline__ void bwd_store_dk_dv(const BwdArgs& args, const BwdBlock& blk, const BwdThread& th, int col0,
-                                                const float (&dk)[kRegs], const float (&dv)[kRegs], bool any_step) {
-  using Element = typename Config::Element;
-  const AttnProblem& p = args.problem.fwd;
-  const float dk_scale = Config::kGeneralScore ? 1.f : p.score.scale;
-  const BwdProblem& bp = args.problem;
-  Element* dk_out = static_cast<Element*>(bp.dk.data);
-  Element* dv_out = static_cast<Element*>(bp.dv.data);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = th.key[r];
-    if (key >= blk.stored_k) continue;
-    Element* dk_row = dk_out + bp.dk.offset(blk.b, key, blk.hk);
-    Element* dv_row = dv_out + bp.dv.offset(blk.b, key, blk.hk);
-#pragma unroll
-    for (int i = 0; i < kRegs / 4; ++i) {
-      const int col = col0 + 8 * i + 2 * th.quad;
-      // (selects, not products: without steps dk and dv hold whatever their registers held)
-      if (col < p.head_dim)
-        *reinterpret_cast<uint32_t*>(dk_row + col) = sm80::pack2<Element>(any_step ? dk[4 * i + 2 * r] * dk_scale : 0.f,
-                                                                          any_step ? dk[4 * i + 2 * r + 1] * dk_scale : 0.f);
-      if (col < p.head_dim_v)
-        *reinterpret_cast<uint32_t*>(dv_row + col) =
-            sm80::pack2<Element>(any_step ? dv[4 * i + 2 * r] : 0.f, any_step ? dv[4 * i + 2 * r + 1] : 0.f);
-    }
-  }
 }
 
 }  // namespace flashattn::fa3

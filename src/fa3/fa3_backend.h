@@ -48,8 +48,9 @@ BwdPlan bwd_plan(const BwdProblem& problem);
 // log2 of the (sequence, kv head) groups per section of the backward's CTA order for a plan's
 // section_mb (fa3/tile_order.h), with rows_padded workspace rows per query head and key_blocks
 // CTAs per group: the largest power of two of groups whose Q, dO and fp32 dQ rows fit in
-// section_mb that divides the group count; 0 (one group at a time) for section_mb 0 or when the
-// CTA positions would not fit 31 bits.
-int bwd_section_shift(const BwdProblem& problem, const BwdPlan& plan, int64_t rows_padded, int64_t key_blocks);
+// section_mb that divides the group count; without section_mb, with section_per_wave, the largest
+// whose key blocks fit `sms` CTAs; 0 (one group at a time) without either or when the CTA
+// positions would not fit 31 bits.
+int bwd_section_shift(const BwdProblem& problem, const BwdPlan& plan, int64_t rows_padded, int64_t key_blocks, int sms);
 
 }  // namespace flashattn::fa3

@@ -92,10 +92,15 @@ TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
     EXPECT_EQ(plan.block_m, 64) << c.name();
     EXPECT_TRUE(plan.variant == fa3::bwd_kernels_of(plan.head_dim).begin()->variant) << c.name();
     EXPECT_TRUE(fa3::bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant)) << c.name();
-    // Sections order the deterministic mode's CTAs only (docs/PERF.md, 2026-12-04).
+    // Sections of section_mb order the deterministic mode's CTAs (docs/PERF.md, 2026-12-04);
+    // sections of a wave the other calls under a limit on the right only (2026-12-06).
+    const bool right_only = problem.fwd.mask.window_right >= 0 && problem.fwd.mask.window_left < 0;
     EXPECT_EQ(plan.section_mb > 0, problem.deterministic) << c.name();
+    EXPECT_EQ(plan.section_per_wave, !problem.deterministic && right_only) << c.name();
+    EXPECT_TRUE(plan.tma_store_dkv) << c.name();
     problem.deterministic = !problem.deterministic;
     EXPECT_EQ(fa3::bwd_plan(problem).section_mb > 0, problem.deterministic) << c.name();
+    EXPECT_EQ(fa3::bwd_plan(problem).section_per_wave, !problem.deterministic && right_only) << c.name();
     ++covered;
   }
   EXPECT_GT(covered, 20);
@@ -114,16 +119,44 @@ TEST(Fa3BwdVariants, SectionShiftFitsTheGroupsInTheBudget) {
   plan.head_dim = 128;
   plan.section_mb = 40;
   // A group: 4 query heads x 2048 rows x (2 x 2 x 128 + 4 x 128) bytes = 8 MiB: 5 fit, 4 divide 64.
-  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16), 2);
-  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2), 5);     // 1 MiB a group: 40 fit, 32 of the 64
-  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 32768, 256), 0);  // 128 MiB a group: one at a time
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 2);
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2, 132), 5);     // 1 MiB a group: 40 fit, 32 of the 64
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 32768, 256, 132), 0);  // 128 MiB a group: one at a time
   p.batch = 3;                                                 // 24 groups: 8 divides them
-  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2), 3);
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2, 132), 3);
   plan.section_mb = 0;
-  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2), 0);
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 256, 2, 132), 0);
   plan.section_mb = 40;
   p.batch = 1 << 16;                                           // 2^19 groups x 2^12 key blocks
-  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 128, 1 << 12), 0);
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 128, 1 << 12, 132), 0);
+  plan.section_per_wave = true;
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 128, 1 << 12, 132), 0);
+}
+
+// Sections of a wave: the largest power of two of groups whose key blocks fit the SMs' CTAs and
+// that divides the group count; section_mb, where set, decides instead.
+TEST(Fa3BwdVariants, SectionShiftPerWaveFitsTheGroupsInTheSms) {
+  BwdProblem bp;
+  AttnProblem& p = bp.fwd;
+  p.batch = 8;
+  p.heads_q = 16;
+  p.heads_k = 16;
+  p.head_dim = p.head_dim_v = 128;
+  fa3::BwdPlan plan;
+  plan.head_dim = 128;
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 0);  // off
+  plan.section_per_wave = true;
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 3);   // 2k keys, 16 blocks: 8 groups
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 4096, 32, 132), 2);   // 4 groups
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 8192, 64, 132), 1);   // 2 groups
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 16384, 128, 132), 0);  // one block of each fits
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 78), 2);    // fewer SMs: 4 groups
+  plan.section_mb = 40;  // section_mb decides: 2 MiB a group, 20 fit, 16 divide the 128
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 4);
+  plan.section_mb = 0;
+  p.batch = 3;
+  p.heads_q = p.heads_k = 2;  // 6 groups: 16 would fit, 2 divides them
+  EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 1024, 8, 132), 1);
 }
 #endif
 
