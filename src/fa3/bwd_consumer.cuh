@@ -120,8 +120,7 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
       sm90::fence_accumulators(dv);
       if (computes_dq) sm90::fence_accumulators(dq);
       sm90::fence_fragments(p_frag);
-      __syncwarp();
-      if (th.lane == 0) sm.do_ring()->consumer_release(st);
+      sm.do_ring()->consumer_release(st);
       if (computes_dq) {
         // The chunk to the dQ writer: thread t's accumulators 4k .. 4k + 3 at float (128 k + t) * 4.
         const uint32_t dq_stage = sm.addr(Config::kOffsetDq + c * Config::kDqBytes) + (threadIdx.x % 128) * 16;
@@ -138,8 +137,7 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
       sm90::wgmma_wait<0>();  // dK
       sm90::fence_accumulators(dk);
       sm90::fence_fragments(ds_frag);
-      __syncwarp();
-      if (th.lane == 0) sm.q_ring()->consumer_release(st);
+      sm.q_ring()->consumer_release(st);
     }
   }
 }

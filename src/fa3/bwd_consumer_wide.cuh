@@ -130,11 +130,8 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
       auto release_stages = [&] {  // dV and dK done: the step's Q and dO stages are free
         sm90::fence_accumulators(dv);
         sm90::fence_accumulators(dk);
-        __syncwarp();
-        if (th.lane == 0) {
-          sm.do_ring()->consumer_release(st);
-          sm.q_ring()->consumer_release(st);
-        }
+        sm.do_ring()->consumer_release(st);
+        sm.q_ring()->consumer_release(st);
       };
       if constexpr (Config::kDqOverlap) {
         // Slice 0 first: its adds run while the tensor cores work on dV and dK, then slice 1.

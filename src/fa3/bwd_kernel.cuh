@@ -36,8 +36,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
   if (threadIdx.x == 0) {
     sm.store_coords(coords);
     sm90::mbarrier_init(sm.kv_full(), 1);
-    sm.q_ring()->init(4 * Config::kConsumers);  // one release per consumer warp
-    sm.do_ring()->init(4 * Config::kConsumers);
+    // Every consumer thread releases a stage after its own reads of it (LSE, D), so that the
+    // reads are ordered before the producer's next loads without a warp-level hand-over.
+    sm.q_ring()->init(128 * Config::kConsumers);
+    sm.do_ring()->init(128 * Config::kConsumers);
   }
   __syncthreads();
   const int warpgroup = int(threadIdx.x / 128);
