@@ -5,7 +5,7 @@ same process. Prints one JSON line per (implementation, shape): median step ms, 
 memory, and the ratio to SDPA.
 
 usage (on the GPU machine, after `python3 -m pip install --no-build-isolation .`):
-  python3 tools/gpu/llama_step.py [--shapes 4x4096,1x16384] [--steps 10] [--json FILE]
+  python3 tools/gpu/llama_step.py [--shapes 4x4096,1x16384] [--steps 10] [--json FILE] [--profile]
 """
 import argparse
 import json
@@ -15,7 +15,7 @@ import textwrap
 
 STEP = textwrap.dedent("""
     import json, sys, time
-    impl, batch, seqlen, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    impl, batch, seqlen, steps, profile = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
     if impl == "flash_attention_2":
         import flashattn.compat
         flashattn.compat.install()
@@ -42,9 +42,25 @@ STEP = textwrap.dedent("""
         times.append(start.elapsed_time(stop))
     times.sort()
     ms = times[len(times) // 2]
-    print(json.dumps({"impl": impl, "batch": batch, "seqlen": seqlen, "median_ms": ms,
-                      "tokens_per_s": batch * seqlen / ms * 1e3,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30}))
+    row = {"impl": impl, "batch": batch, "seqlen": seqlen, "median_ms": ms,
+           "tokens_per_s": batch * seqlen / ms * 1e3, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
+    if profile:
+        # One more step under the profiler: GPU time per kernel, the attention kernels' share
+        # (ours: flashattn's fa2/fa3/gpu namespaces; SDPA: flash, cuDNN, efficient-attention
+        # kernels), and the kernels that take the most.
+        from torch.profiler import ProfilerActivity, profile as torch_profile
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        kernels = {}
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:  # kernels and copies on the GPU
+                kernels[ev.name] = kernels.get(ev.name, 0.0) + ev.time_range.elapsed_us() / 1e3
+        attention = ("flashattn::", "flash", "fmha", "cudnn", "attention", "sdpa")
+        row["cuda_ms"] = sum(kernels.values())
+        row["attention_ms"] = sum(t for n, t in kernels.items() if any(a in n.lower() for a in attention))
+        row["top_kernels"] = [[n[:120], round(t, 3)] for n, t in sorted(kernels.items(), key=lambda kv: -kv[1])[:20]]
+    print(json.dumps(row))
 """)
 
 
@@ -53,6 +69,8 @@ def main():
     ap.add_argument("--shapes", default="4x4096,1x16384")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one step: GPU ms of all kernels and of the attention kernels, the top 20 kernels")
     a = ap.parse_args()
     rows = []
     for shape in a.shapes.split(","):
@@ -61,7 +79,7 @@ def main():
         for impl in ("sdpa", "flash_attention_2"):
             # A process per run: the shim must be installed before transformers is imported, and
             # each run's peak memory is its own.
-            proc = subprocess.run([sys.executable, "-c", STEP, impl, str(batch), str(seqlen), str(a.steps)],
+            proc = subprocess.run([sys.executable, "-c", STEP, impl, str(batch), str(seqlen), str(a.steps), str(int(a.profile))],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{impl} {shape}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
