@@ -108,15 +108,20 @@ TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
 
 // The sections' size: groups (sequence x kv head) whose Q, dO and fp32 dQ rows fit, a power of two
 // dividing the group count; none without section_mb or past 31-bit CTA positions.
+// A d128 backward problem of batch x heads_q / heads_k (all the section size reads) and its plan.
+void d128_section_case(int batch, int heads_q, int heads_k, BwdProblem* bp, fa3::BwdPlan* plan) {
+  bp->fwd.batch = batch;
+  bp->fwd.heads_q = heads_q;
+  bp->fwd.heads_k = heads_k;
+  bp->fwd.head_dim = bp->fwd.head_dim_v = 128;
+  plan->head_dim = 128;
+}
+
 TEST(Fa3BwdVariants, SectionShiftFitsTheGroupsInTheBudget) {
   BwdProblem bp;
   AttnProblem& p = bp.fwd;
-  p.batch = 8;
-  p.heads_q = 32;
-  p.heads_k = 8;
-  p.head_dim = p.head_dim_v = 128;
   fa3::BwdPlan plan;
-  plan.head_dim = 128;
+  d128_section_case(8, 32, 8, &bp, &plan);
   plan.section_mb = 40;
   // A group: 4 query heads x 2048 rows x (2 x 2 x 128 + 4 x 128) bytes = 8 MiB: 5 fit, 4 divide 64.
   EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 2);
@@ -138,12 +143,8 @@ TEST(Fa3BwdVariants, SectionShiftFitsTheGroupsInTheBudget) {
 TEST(Fa3BwdVariants, SectionShiftPerWaveFitsTheGroupsInTheSms) {
   BwdProblem bp;
   AttnProblem& p = bp.fwd;
-  p.batch = 8;
-  p.heads_q = 16;
-  p.heads_k = 16;
-  p.head_dim = p.head_dim_v = 128;
   fa3::BwdPlan plan;
-  plan.head_dim = 128;
+  d128_section_case(8, 16, 16, &bp, &plan);
   EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 0);  // off
   plan.section_per_wave = true;
   EXPECT_EQ(fa3::bwd_section_shift(bp, plan, 2048, 16, 132), 3);   // 2k keys, 16 blocks: 8 groups
