@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: two or more flashattn_bench binaries (e.g. main's and a branch's, built here
-# and carried) timed on the same cases in alternating rounds, so that clock and thermal drift falls
-# on every binary alike. Prints and writes LOGDIR/ab.md: the metric per case and binary, one value
-# per round, and each binary's best round over the first binary's.
+# and carried) timed on the same cases, every case on each binary back to back in alternating
+# order, so that clock and thermal drift falls on every binary alike. Prints and writes
+# LOGDIR/ab.md: the metric per case and binary, one value per round, and each binary's best round
+# over the first binary's.
 # usage: tools/gpu/bench_ab.sh LOGDIR NAME=BINARY NAME=BINARY [...]
 #   BENCH_AB_CASES   cases separated by ';', each one benchmark call's arguments (required), e.g.
 #                    "--backend fa3 --shape 8,2048,2048,16,128 --causal 1 --direction bwd --no-naive"
@@ -23,13 +24,20 @@ IFS=';' read -r -a cases <<<"$BENCH_AB_CASES"
 rounds="${BENCH_AB_ROUNDS:-2}"
 raw="$logdir/ab.tsv"
 : >"$raw"
+for entry in "$@"; do
+  [[ -x "${entry#*=}" ]] || { echo "bench_ab.sh: ${entry#*=} is not an executable" >&2; exit 1; }
+done
+# Each case runs on every binary back to back, in turn forwards and backwards from round to
+# round: the binaries meet a case at the same clocks (long full-power runs lower them by up to
+# 8 % on an H100), and none is always first.
+entries=("$@")
 for ((round = 1; round <= rounds; ++round)); do
-  for entry in "$@"; do
-    name="${entry%%=*}" bin="${entry#*=}"
-    [[ -x "$bin" ]] || { echo "bench_ab.sh: $bin is not an executable" >&2; exit 1; }
-    for c in "${cases[@]}"; do
-      read -r -a args <<<"$c"  # a case's benchmark arguments
-      ((${#args[@]} > 0)) || continue
+  for c in "${cases[@]}"; do
+    read -r -a args <<<"$c"  # a case's benchmark arguments
+    ((${#args[@]} > 0)) || continue
+    for ((e = 0; e < ${#entries[@]}; ++e)); do
+      entry="${entries[round % 2 == 1 ? e : ${#entries[@]} - 1 - e]}"
+      name="${entry%%=*}" bin="${entry#*=}"
       value=$("$bin" --repeats 20 "${args[@]}" 2>&1 |
         awk -v k="$from_end" '/^(auto|fa2|fa3|cpu) / {v = $(NF - k)} END {print v == "" ? "failed" : v}')
       printf '%s\t%s\t%s\t%s\n' "$name" "${args[*]}" "$round" "$value" >>"$raw"
