@@ -1,7 +1,8 @@
 // The backward's last kernel, shared by the FA2 and FA3 paths: the fp32 dQ accumulator, times
 // dq_scale, into dq in its dtype. Both accumulators keep each 64-row slab of a (sequence, query
 // head) contiguous (64 x dq_cols floats) and every float4 of it holds rows r and r + 8 at columns
-// c and c + 1; a Layout names the (r, c) of float4 f (fa2/dq_layout.h, fa3/bwd_dq_layout.h).
+// c and c + 1; a Layout names that DqQuad (common/dq_quad.h) of float4 f (fa2/dq_layout.h,
+// fa3/bwd_dq_layout.h).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "common/dq_quad.h"
 #include "common/host_device.h"
 
 namespace flashattn::fa2 {
@@ -24,9 +25,6 @@ FA_HD int64_t dq_tile_index(int64_t ws_row, int col, int dq_cols) { return ((ws_
 
 // Float4 f of a 64-row slab (four 16-row groups of dq_cols / 16 tiles each) holds (r, c),
 // (r, c + 1), (r + 8, c), (r + 8, c + 1) for this (r, c): the conversion reads slabs in float4 order.
-struct DqQuad {
-  int row, col;
-};
 FA_HD DqQuad dq_slab_quad(int f, int dq_cols) {
   const int group = f / (4 * dq_cols), in_group = f - group * 4 * dq_cols;
   const int tile = in_group / 64, q = in_group % 64;

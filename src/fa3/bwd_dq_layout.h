@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "common/dq_quad.h"
 #include "common/host_device.h"
 
 namespace flashattn::fa3 {
@@ -22,9 +23,6 @@ FA_HD int dq_chunk_element(int r, int c) {
 
 // Float4 f of a chunk (floats 4f .. 4f + 3) holds (r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1)
 // for this (r, c): the conversion reads the chunk in float4 order.
-struct DqQuad {
-  int row, col;
-};
 FA_HD DqQuad dq_chunk_quad(int f) {
   const int t = f % 128;
   return {16 * (t / 32) + (t % 32) / 4, 8 * (f / 128) + 2 * (t % 4)};

@@ -22,15 +22,20 @@ namespace flashattn::fa3 {
 // Named barrier of the two consumer warpgroups around the staging of dK and dV.
 inline constexpr uint32_t kBwdEpilogueBarrier = 7;
 
-// dK (plain scores: times the softmax scale left out of dS) and dV of this thread's keys
-// (th.key) and of its kRegs / 2 columns from col0, two elements per store, for every stored key
-// of the block; keys past seqused_k or seen by no row get 0.
+// dK's factor: plain scores leave the softmax scale out of dS, and dK takes it here.
+template <typename Config>
+__device__ __forceinline__ float bwd_dk_scale(const BwdArgs& args) {
+  return Config::kGeneralScore ? 1.f : args.problem.fwd.score.scale;
+}
+
+// dK and dV of this thread's keys (th.key) and of its kRegs / 2 columns from col0, two elements
+// per store, for every stored key of the block; keys past seqused_k or seen by no row get 0.
 template <typename Config, int kRegs>
 __device__ __forceinline__ void bwd_store_dk_dv_registers(const BwdArgs& args, const BwdBlock& blk, const BwdThread& th, int col0,
-                                                const float (&dk)[kRegs], const float (&dv)[kRegs], bool any_step) {
+                                                          const float (&dk)[kRegs], const float (&dv)[kRegs], bool any_step) {
   using Element = typename Config::Element;
   const AttnProblem& p = args.problem.fwd;
-  const float dk_scale = Config::kGeneralScore ? 1.f : p.score.scale;
+  const float dk_scale = bwd_dk_scale<Config>(args);
   const BwdProblem& bp = args.problem;
   Element* dk_out = static_cast<Element*>(bp.dk.data);
   Element* dv_out = static_cast<Element*>(bp.dv.data);
@@ -64,13 +69,13 @@ __device__ __forceinline__ void bwd_store_dk_dv_tma(const BwdMaps& maps, const B
                                                     const float (&dk)[kRegs], const float (&dv)[kRegs], bool any_step) {
   using Element = typename Config::Element;
   constexpr int kTileBytes = Config::kBlockN * 128;  // one column block of the K or V tile
-  constexpr int kColumnBlocks = 2 * kRegs / 64;      // this warpgroup's
+  constexpr int kOwnColumnBlocks = 2 * kRegs / 64;   // this warpgroup's share of the tiles
   const uint32_t at = uint32_t(row0 * 128 + (col0 / 64) * kTileBytes);
   const uint32_t dk_tile = sm.addr(0), dv_tile = sm.addr(Config::kOffsetV);
   // Every consumer warpgroup's last wgmma has read K and V.
   sm90::named_barrier_sync(kBwdEpilogueBarrier, kBwdConsumerThreads);
   if (any_step) {
-    const float dk_scale = Config::kGeneralScore ? 1.f : args.problem.fwd.score.scale;
+    const float dk_scale = bwd_dk_scale<Config>(args);
     const float dk_scales[2] = {dk_scale, dk_scale}, dv_scales[2] = {1.f, 1.f};
     sm90::store_accumulators_sw128<Element, 2 * kRegs, !Config::kGeneralScore, kTileBytes>(dk_tile + at, dk, dk_scales, th.warp, th.lane);
     sm90::store_accumulators_sw128<Element, 2 * kRegs, false, kTileBytes>(dv_tile + at, dv, dv_scales, th.warp, th.lane);
@@ -78,7 +83,7 @@ __device__ __forceinline__ void bwd_store_dk_dv_tma(const BwdMaps& maps, const B
     // No steps: the accumulators were never written; the keys' gradients are 0.
     const int tid = int(threadIdx.x % 128);
 #pragma unroll 1
-    for (int i = tid * 16; i < kColumnBlocks * 64 * 128; i += 128 * 16) {
+    for (int i = tid * 16; i < kOwnColumnBlocks * 64 * 128; i += 128 * 16) {
       const uint32_t offset = at + uint32_t((i / (64 * 128)) * kTileBytes + i % (64 * 128));
       sm90::st_shared_zero16(dk_tile + offset);
       sm90::st_shared_zero16(dv_tile + offset);

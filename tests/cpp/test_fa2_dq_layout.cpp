@@ -42,7 +42,7 @@ TEST(Fa2DqLayout, SlabFloat4QuadsNameTheirFourElements) {
   for (int cols : {64, 128, 256}) {
     auto at = [cols](int r, int c) { return fa2::dq_tile_index(r, c, cols) + fa2::dq_tile_offset(r % 16, c % 16); };
     for (int f = 0; f < 16 * cols; ++f) {
-      const fa2::DqQuad q = fa2::dq_slab_quad(f, cols);
+      const DqQuad q = fa2::dq_slab_quad(f, cols);
       ASSERT_LT(q.row % 16 + 8, 16) << f;
       ASSERT_LT(q.col + 1, cols) << f;
       EXPECT_EQ(at(q.row, q.col), 4 * f) << f;

@@ -40,7 +40,7 @@ TEST(Fa3DqLayout, EachThreadsAccumulatorsAreFloat4sInThreadOrder) {
 TEST(Fa3DqLayout, Float4QuadsNameTheirFourElements) {
   for (int cols : {64, 128}) {
     for (int f = 0; f < 16 * cols; ++f) {
-      const fa3::DqQuad q = fa3::dq_chunk_quad(f);
+      const DqQuad q = fa3::dq_chunk_quad(f);
       ASSERT_LT(q.row + 8, 64);
       ASSERT_LT(q.col + 1, cols);
       EXPECT_EQ(fa3::dq_chunk_element(q.row, q.col), 4 * f) << f;
@@ -55,7 +55,7 @@ TEST(Fa3DqLayout, SlabFloat4QuadsAreTheirChunksQuads) {
   for (int chunk_cols : {64, 128})
     for (int dq_cols : {chunk_cols, 2 * chunk_cols}) {
       for (int f = 0; f < 16 * dq_cols; ++f) {
-        const fa3::DqQuad q = fa3::dq_slab_quad(f, chunk_cols);
+        const DqQuad q = fa3::dq_slab_quad(f, chunk_cols);
         const int64_t at = fa3::dq_chunk_offset(q.row, q.col, chunk_cols, dq_cols) + fa3::dq_chunk_element(q.row, q.col % chunk_cols);
         EXPECT_EQ(at, 4 * f) << f;
         EXPECT_EQ(fa3::dq_chunk_offset(q.row + 8, q.col + 1, chunk_cols, dq_cols) +
