@@ -35,13 +35,19 @@ Status flagged_fa2_fwd_plan(const PlanFlags& flags, const AttnProblem& problem, 
   return {};
 }
 
-// fp8 inputs on the FA3 backend: the fp8 kernels with fp8_fwd_plan's choice, through the backend
-// entry (the public API refuses them until fa3::kFp8FwdEnabled).
-Status fp8_fwd(const FwdParams& params, std::function<Status()>* call) {
+// fp8 inputs on the FA3 backend: the fp8 kernels with fp8_fwd_plan's choice changed by
+// --fa3-fwd-plan's flags, through the backend entry.
+Status fp8_fwd(const FwdParams& params, const PlanFlags& flags, std::function<Status()>* call) {
   AttnProblem problem;
   if (Status st = api::make_fwd_problem(params, &problem); !st.ok()) return st;
   if (Status st = fa3::check_fp8(problem); !st.ok()) return st;
-  const fa3::Fp8FwdPlan plan = fa3::fp8_fwd_plan(problem);
+  const fa3::Fp8FwdPlan plan = apply_plan_flags(flags, fa3::fp8_fwd_plan(problem));
+  if (!flags.empty()) {  // a plan no built kernel runs is skipped, with the library's reason
+    bool built = false;
+    for (const fa3::Fp8FwdPlan& p : fa3::fp8_fwd_plans(problem))
+      built = built || (p.block_m == plan.block_m && p.block_n == plan.block_n && p.pingpong == plan.pingpong);
+    if (!built) return skipped_plan(Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: no built kernel runs this plan"));
+  }
   *call = [problem, plan, stream = params.stream] { return fa3::fwd_fp8(problem, stream, &plan); };
   return {};
 }
@@ -108,7 +114,7 @@ class CudaRunner final : public Runner {
     if (c.direction == Direction::Fwd) {
       std::function<Status()> call = [&] { return fwd(fp); };
       if (dt == DType::F8E4M3 && settings_.backend == Backend::Fa3) {
-        if (Status st = fp8_fwd(fp, &call); !st.ok()) return st;
+        if (Status st = fp8_fwd(fp, settings_.fa3_fwd_plan, &call); !st.ok()) return st;
       } else if (!settings_.fa2_fwd_plan.empty() || !settings_.fa3_fwd_plan.empty()) {
         if (Status st = forced_fwd(fp, settings_, &call); !st.ok()) return st;
       }

@@ -28,8 +28,8 @@ struct Fp8FwdConfig {
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kConsumers = kConsumers_;
   // setmaxnreg split (as FwdConfig): the transposing warps live within the producer's share.
-  // Two consumers: 40 + 2 x 232 where the consumers fit in 232 (d <= 128), so that the
-  // transposing warps can batch their loads (kTransposeBatch); d256's consumers need 240.
+  // Two consumers: 40 + 2 x 232 where the consumers fit in 232 (d <= 128); d256's consumers
+  // need 240.
   static constexpr bool kWideProducer = kConsumers == 2 && kHeadDim_ <= 128;
   static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kWideProducer ? 40 : 24;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kWideProducer ? 232 : 240;
@@ -49,9 +49,9 @@ struct Fp8FwdConfig {
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Warps 1..3 of the producer warpgroup transpose V (warp 0's first thread issues the loads).
   static constexpr int kTransposeWarps = 3;
-  // 16 x 32 units per step of each transposing warp (transpose_fp8.cuh): two need 40 registers
-  // (with 32, three consumers, two units measured 5 % slower than one: docs/PERF.md).
-  static constexpr int kTransposeBatch = kProducerRegisters >= 40 ? 2 : 1;
+  // 16 x 32 units in flight per transposing warp (transpose_fp8.cuh): two, except in the
+  // 24-register producer of d256, where the second unit's registers spill.
+  static constexpr int kTransposeInFlight = kProducerRegisters > 24 ? 2 : 1;
   // P = exp2(logit - max + kPShift): the row's largest weight is 2^8, not 1, so the small
   // weights stay in e4m3's normal range (2^-6 and up); the row sum carries the same factor and
   // the LSE takes it out.

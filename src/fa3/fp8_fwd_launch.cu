@@ -66,8 +66,9 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     tile = find_tile(d, 128, d == 256 ? 64 : 128, true, false);
   } else if (d == 64) {
     // Three consumer warpgroups (192 rows) unless that pads the call 7 % more than 128 x 128;
-    // 160 keys (FA3's tile) without causal or window limits.
-    if (!masked && pads_at_most(sq, sk, 192, 160, 128, 128, 0.07)) tile = find_tile(64, 192, 160, false, true);
+    // 160 keys (FA3's tile, without ping-pong: +2 % at 2k, docs/PERF.md) without causal or
+    // window limits.
+    if (!masked && pads_at_most(sq, sk, 192, 160, 128, 128, 0.07)) tile = find_tile(64, 192, 160, false, false);
     else if (pads_at_most(sq, sk, 192, 128, 128, 128, 0.07)) tile = find_tile(64, 192, 128, false, true);
     else tile = find_tile(64, 128, 128, false, true);
   } else if (d == 128) {
@@ -76,9 +77,9 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     const bool wide = !masked && sk >= 1024 && pads_at_most(1, sk, 1, 224, 1, 128, 0.04);
     tile = find_tile(128, 128, wide ? 224 : 128, false, true);
   } else {
-    // Unmasked: 128 keys (FA3's tile) without ping-pong (the 16-bit rule: unmasked d256 is
-    // GEMM-bound); masked: 96 keys with ping-pong (128 spills with the interval mask).
-    tile = masked ? find_tile(256, 128, 96, false, true) : find_tile(256, 128, 128, false, false);
+    // Unmasked: 128 keys (FA3's tile), with ping-pong as FA3 (+1 % over without); masked: 96
+    // keys (128 spills with the interval mask).
+    tile = masked ? find_tile(256, 128, 96, false, true) : find_tile(256, 128, 128, false, true);
   }
   return tile != nullptr ? plan_of(*tile) : Fp8FwdPlan{};
 }

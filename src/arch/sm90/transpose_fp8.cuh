@@ -44,58 +44,83 @@ __device__ __forceinline__ uint32_t swizzled_offset(uint32_t row, uint32_t byte)
 template <int kKeys, int kCols>
 inline constexpr int kTransposedBytes = (kKeys + 127) / 128 * 128 * kCols;
 
-// One warp's share (`worker` of `workers`, all lanes active) of the transpose of `src` into
+// One warp's share (`worker` of kWorkers, all lanes active) of the transpose of `src` into
 // `dst` (shared-memory addresses, both 1024-byte aligned). Keys >= valid_keys are written as
-// zero (keys past a sequence's end: P is 0 there, and 0 * NaN would still be NaN). kBatch units
-// per step: their loads are issued together (the shared accesses are volatile, so the compiler
-// cannot overlap one step's loads with the previous step's stores by itself).
-template <int kKeys, int kCols, int kSrcSwizzle, int kBatch = 1>
-__device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t dst, int valid_keys, int worker, int workers,
-                                                          int lane) {
+// zero (keys past a sequence's end: P is 0 there, and 0 * NaN would still be NaN). kInFlight
+// units' loads in flight (1 or 2): with 2, the next unit's load is issued before this unit's
+// store (the shared accesses are volatile, so the compiler would not overlap them by itself).
+//
+// Addresses: a unit's swizzle terms split into a lane constant and a unit term that only flips
+// address bits the lane constant's other terms do not touch, so a unit costs an XOR and adds.
+template <int kKeys, int kCols, int kSrcSwizzle, int kWorkers, int kInFlight = 1>
+__device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t dst, int valid_keys, int worker, int lane) {
   static_assert(kKeys % 16 == 0 && kCols % 32 == 0, "whole 16-key x 32-column units");
   static_assert(kSrcSwizzle == 128 || kSrcSwizzle == 64, "source rows of 128 or 64 bytes");
-  constexpr int kColGroups = kCols / 32, kUnits = kKeys / 16 * kColGroups;
+  static_assert(kInFlight == 1 || kInFlight == 2, "one or two units in flight");
+  constexpr int kColGroups = kCols / 32, kUnits = kKeys / 16 * kColGroups, kGroupsPerRow = kSrcSwizzle / 32;
   const uint32_t l = uint32_t(lane);
   // The row this lane addresses: load matrix l / 8 = (column half, key half), key 8 (l / 8 % 2) +
   // l % 8 of the unit, columns 16 (l / 16) ..; store matrix l / 8 = (column half, parity),
   // destination row (column) 16 (l / 16) + 2 (l % 8) + (l / 8 % 2 ^ (l % 8 >= 4)).
-  const uint32_t load_key = 8 * (l / 8 % 2) + l % 8, half_col = 16 * (l / 16);
-  const uint32_t store_col = half_col + 2 * (l % 8) + ((l / 8 % 2) ^ uint32_t(l % 8 >= 4));
+  const uint32_t load_key = 8 * (l / 8 % 2) + l % 8, half = l / 16;
+  const uint32_t store_col = 16 * half + 2 * (l % 8) + ((l / 8 % 2) ^ uint32_t(l % 8 >= 4));
+  // Source: unit (g, C) reads row 16 g + load_key of column block C / kGroupsPerRow, 16-byte
+  // chunk 2 (C % kGroupsPerRow) + half XOR the row's swizzle bits, which 16 g leaves unchanged:
+  // chunk = (half ^ bits) ^ 2 (C % kGroupsPerRow).
+  const uint32_t src_bits = (load_key * kSrcSwizzle >> 7) & uint32_t(kSrcSwizzle / 16 - 1);
+  const uint32_t src_lane = load_key * kSrcSwizzle + ((half ^ src_bits) << 4);
+  // Destination: row 32 C + store_col of key block g / 8, chunk (g % 8) XOR (store_col % 8).
+  const uint32_t dst_lane = store_col * 128 + ((store_col % 8) << 4);
+  auto src_of = [&](int unit) {
+    const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
+    return src + (c / kGroupsPerRow) * (kKeys * kSrcSwizzle) + g * (16 * kSrcSwizzle) + (src_lane ^ ((c % kGroupsPerRow) << 5));
+  };
+  auto dst_of = [&](int unit) {
+    const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
+    return dst + (g / 8) * (kCols * 128) + c * (32 * 128) + (dst_lane ^ ((g % 8) << 4));
+  };
   // The lane's keys in its registers: 2q, 2q + 1 (+ 8 in the odd ones) of the unit.
   const uint32_t q = l % 4;
   // A register's two words for stmatrix: parity e' = 0 holds column 2r + (r >= 4), e' = 1 the
   // other (r = l / 4; see the top).
-  const uint32_t select_even = l / 4 >= 4 ? 0x7531u : 0x6420u, select_odd = select_even ^ 0x1111u;
-  const bool partial = valid_keys < kKeys;
-#pragma unroll 1
-  for (int first = worker; first < kUnits; first += workers * kBatch) {
-    uint32_t r[kBatch][4];
+  const uint32_t select_even = l / 4 >= 4 ? 0x7531u : 0x6420u;  // select_odd = select_even ^ 0x1111
+  auto load = [&](int unit, uint32_t (&r)[4]) {
+    sm80::ldmatrix_x4_trans(r, src_of(unit));
+    if (valid_keys < kKeys) {  // (only a sequence's last tile)
+      const int key = int(16 * (uint32_t(unit) / kColGroups) + 2 * q);
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const int unit = first + k * workers;
-      if (k > 0 && unit >= kUnits) break;  // uniform over the warp (unit 0 is in range)
-      const uint32_t g = uint32_t(unit) / kColGroups, col = 32 * (uint32_t(unit) % kColGroups) + half_col;
-      const uint32_t src_block = src + (col / kSrcSwizzle) * (kKeys * kSrcSwizzle);
-      sm80::ldmatrix_x4_trans(r[k], src_block + swizzled_offset<kSrcSwizzle>(16 * g + load_key, col % kSrcSwizzle));
-      if (partial) {  // (only a sequence's last tile)
-        const int key = int(16 * g + 2 * q);
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const int k0 = key + 8 * (m % 2);
-          r[k][m] &= (k0 < valid_keys ? 0x0000ffffu : 0u) | (k0 + 1 < valid_keys ? 0xffff0000u : 0u);
-        }
+      for (int m = 0; m < 4; ++m) {
+        const int k0 = key + 8 * (m % 2);
+        r[m] &= (k0 < valid_keys ? 0x0000ffffu : 0u) | (k0 + 1 < valid_keys ? 0xffff0000u : 0u);
       }
     }
+  };
+  // Registers 0, 1: column half 0 (key halves 0, 1); 2, 3: column half 1.
+  auto store = [&](int unit, const uint32_t (&r)[4]) {
+    const uint32_t select_odd = select_even ^ 0x1111u;
+    stmatrix_x4(dst_of(unit), __byte_perm(r[0], r[1], select_even), __byte_perm(r[0], r[1], select_odd),
+                __byte_perm(r[2], r[3], select_even), __byte_perm(r[2], r[3], select_odd));
+  };
+  // A tile with keys past the end (only a sequence's last) takes the simple loop: the pipelined
+  // one keeps no registers for the key mask.
+  if (kInFlight == 1 || valid_keys < kKeys) {
+#pragma unroll 1
+    for (int unit = worker; unit < kUnits; unit += kWorkers) {
+      uint32_t r[4];
+      load(unit, r);
+      store(unit, r);
+    }
+  } else {
+    if (worker >= kUnits) return;
+    uint32_t r[4];
+    sm80::ldmatrix_x4_trans(r, src_of(worker));
+#pragma unroll 1
+    for (int unit = worker; unit < kUnits; unit += kWorkers) {
+      uint32_t next[4];
+      if (unit + kWorkers < kUnits) sm80::ldmatrix_x4_trans(next, src_of(unit + kWorkers));  // uniform over the warp
+      store(unit, r);
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      const int unit = first + k * workers;
-      if (k > 0 && unit >= kUnits) break;
-      const uint32_t g = uint32_t(unit) / kColGroups, col = 32 * (uint32_t(unit) % kColGroups) + store_col;
-      const uint32_t dst_block = dst + (16 * g / 128) * (kCols * 128);
-      // Registers 0, 1: column half 0 (key halves 0, 1); 2, 3: column half 1.
-      stmatrix_x4(dst_block + swizzled_offset<128>(col, 16 * g % 128), __byte_perm(r[k][0], r[k][1], select_even),
-                        __byte_perm(r[k][0], r[k][1], select_odd), __byte_perm(r[k][2], r[k][3], select_even),
-                        __byte_perm(r[k][2], r[k][3], select_odd));
+      for (int m = 0; m < 4; ++m) r[m] = next[m];
     }
   }
 }
