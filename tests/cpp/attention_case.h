@@ -104,6 +104,14 @@ class AttentionRun {
 
  private:
   std::vector<int64_t> qkv_shape(bool is_q, int dim) const;
+  // A hash of every input tensor's bytes: the forward references are reused while it is unchanged
+  // (tests check many plans of one run; a test that edits an input gets new references).
+  uint64_t inputs_hash() const;
+  struct FwdReferences {
+    uint64_t inputs;
+    HostTensor out64, lse64, out_lp, lse_lp;
+  };
+  std::optional<FwdReferences> fwd_refs_;
   AttentionCase c_;
   int total_q_ = 0, total_k_ = 0, max_q_ = 0, max_k_ = 0;
 };
