@@ -45,7 +45,8 @@ Status fp8_fwd(const FwdParams& params, const PlanFlags& flags, std::function<St
   if (!flags.empty()) {  // a plan no built kernel runs is skipped, with the library's reason
     bool built = false;
     for (const fa3::Fp8FwdPlan& p : fa3::fp8_fwd_plans(problem))
-      built = built || (p.block_m == plan.block_m && p.block_n == plan.block_n && p.pingpong == plan.pingpong);
+      built = built || (p.block_m == plan.block_m && p.block_n == plan.block_n && p.pingpong == plan.pingpong &&
+                        p.no_key_limits == plan.no_key_limits);
     if (!built) return skipped_plan(Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: no built kernel runs this plan"));
   }
   *call = [problem, plan, stream = params.stream] { return fa3::fwd_fp8(problem, stream, &plan); };

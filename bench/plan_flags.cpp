@@ -99,7 +99,6 @@ fa3::FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::FwdPlan plan) {
   if (const auto it = v.find("block_n"); it != v.end()) plan.block_n = it->second;
   if (const auto it = v.find("consumers"); it != v.end()) plan.consumers = it->second;
   if (const auto it = v.find("pingpong"); it != v.end()) plan.pingpong = it->second == 1;
-  if (const auto it = v.find("tma_store"); it != v.end()) plan.tma_store_o = it->second == 1;
   if (const auto it = v.find("section_mb"); it != v.end()) plan.section_mb = it->second;
   return plan;
 }

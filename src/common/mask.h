@@ -104,6 +104,16 @@ FA_HD RowKeys key_rows_32(MaskParams m, int key, int seqlen_q, int seqlen_k) {
   return {begin, end};
 }
 
+// tile_fully_visible (below) in 32 bits, under row_keys_32's conditions, for kernels short of
+// registers (64-bit operands take register pairs).
+FA_HD bool tile_fully_visible_32(MaskParams m, int row_begin, int row_end, int key_begin, int key_end, int seqlen_q, int seqlen_k) {
+  if (key_begin < 0 || key_end > seqlen_k || row_begin >= row_end) return false;
+  const int shift = seqlen_k - seqlen_q;  // row i has diagonal key i + shift
+  if (m.window_right >= 0 && key_end - 1 > row_begin + shift + m.window_right) return false;
+  if (m.window_left >= 0 && key_begin < row_end - 1 + shift - m.window_left) return false;
+  return true;
+}
+
 // True when every (row, key) of the tile is visible, so the tile needs no per-element mask.
 FA_HD bool tile_fully_visible(MaskParams m, int64_t row_begin, int64_t row_end, int64_t key_begin,
                               int64_t key_end, int64_t seqlen_q, int64_t seqlen_k) {

@@ -52,6 +52,8 @@ struct Fp8FwdConfig {
   // 16 x 32 units in flight per transposing warp (transpose_fp8.cuh): two, except in the
   // 24-register producer of d256, where the second unit's registers spill.
   static constexpr int kTransposeInFlight = kProducerRegisters > 24 ? 2 : 1;
+  // The consumers' softmax in one copy for masked and unmasked tiles (fwd_consumer.cuh).
+  static constexpr bool kOneSoftmaxCopy = true;
   // P = exp2(logit - max + kPShift): the row's largest weight is 2^8, not 1, so the small
   // weights stay in e4m3's normal range (2^-6 and up); the row sum carries the same factor and
   // the LSE takes it out.

@@ -29,13 +29,14 @@ Fp8FwdPlan plan_of(const Fp8Tile& t) {
   plan.block_n = t.block_n;
   plan.general_score = t.general_score;
   plan.pingpong = t.pingpong;
+  plan.no_key_limits = t.no_key_limits;
   return plan;
 }
 
-const Fp8Tile* find_tile(int head_dim, int block_m, int block_n, bool general_score, bool pingpong) {
+const Fp8Tile* find_tile(int head_dim, int block_m, int block_n, bool general_score, bool pingpong, bool no_key_limits = false) {
   for (const Fp8Tile& t : kFp8Tiles)
     if (t.head_dim == head_dim && t.block_m == block_m && t.block_n == block_n && t.general_score == general_score &&
-        t.pingpong == pingpong)
+        t.pingpong == pingpong && t.no_key_limits == no_key_limits)
       return &t;
   return nullptr;
 }
@@ -66,20 +67,17 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     tile = find_tile(d, 128, d == 256 ? 64 : 128, true, false);
   } else if (d == 64) {
     // Three consumer warpgroups (192 rows) unless that pads the call 7 % more than 128 x 128;
-    // 160 keys (FA3's tile, without ping-pong: +2 % at 2k, docs/PERF.md) without causal or
-    // window limits.
-    if (!masked && pads_at_most(sq, sk, 192, 160, 128, 128, 0.07)) tile = find_tile(64, 192, 160, false, false);
+    // 160 keys (FA3's tile, without ping-pong: +2 % at 2k, docs/PERF.md).
+    if (pads_at_most(sq, sk, 192, 160, 128, 128, 0.07)) tile = find_tile(64, 192, 160, false, false, !masked);
     else if (pads_at_most(sq, sk, 192, 128, 128, 128, 0.07)) tile = find_tile(64, 192, 128, false, true);
     else tile = find_tile(64, 128, 128, false, true);
   } else if (d == 128) {
-    // 224 keys (FA3's tile) from 1k keys without causal or window limits, when that pads the keys
-    // at most 4 % more than 128.
-    const bool wide = !masked && sk >= 1024 && pads_at_most(1, sk, 1, 224, 1, 128, 0.04);
+    // 224 keys (FA3's tile) from 1k keys, when that pads the keys at most 4 % more than 128.
+    const bool wide = sk >= 1024 && pads_at_most(1, sk, 1, 224, 1, 128, 0.04);
     tile = find_tile(128, 128, wide ? 224 : 128, false, true);
   } else {
-    // Unmasked: 128 keys (FA3's tile), with ping-pong as FA3 (+1 % over without); masked: 96
-    // keys (128 spills with the interval mask).
-    tile = masked ? find_tile(256, 128, 96, false, true) : find_tile(256, 128, 128, false, true);
+    // 128 keys (FA3's tile), with ping-pong as FA3 (+1 % over without).
+    tile = find_tile(256, 128, 128, false, true);
   }
   return tile != nullptr ? plan_of(*tile) : Fp8FwdPlan{};
 }

@@ -64,7 +64,7 @@ Status launch_fp8_tile(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPl
   auto try_tile = [&](auto index) {
     constexpr Fp8Tile t = kFp8Tiles[decltype(index)::value];
     if (plan.head_dim != t.head_dim || plan.block_m != t.block_m || plan.block_n != t.block_n ||
-        plan.general_score != t.general_score || plan.pingpong != t.pingpong)
+        plan.general_score != t.general_score || plan.pingpong != t.pingpong || plan.no_key_limits != t.no_key_limits)
       return false;
     constexpr int kConsumers = t.block_m / 64;
     using Bf16 = Fp8FwdConfig<__nv_bfloat16, t.head_dim, t.block_n, 2, t.general_score, t.pingpong, kConsumers, t.no_key_limits>;

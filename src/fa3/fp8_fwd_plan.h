@@ -20,12 +20,15 @@ struct Fp8FwdPlan {
   int block_n = 0;             // keys per tile
   bool general_score = false;  // softcap, ALiBi or a scale <= 0: must match the call
   bool pingpong = false;       // the consumer warpgroups take turns on the tensor cores
+  // The tile's kernel for calls without causal or window limits (only the last key tile is
+  // masked, the same for every row): a few percent faster at d64 (docs/PERF.md).
+  bool no_key_limits = false;
   // Persistent CTAs taking tiles from a counter for tiles of unequal length (causal, windows,
   // varlen, seqused_k), else a CTA per such tile; with sections of section_mb of K and V.
   bool dynamic_schedule = true;
   int section_mb = 16;
-  // O is stored from registers: staging it in V's buffers for TMA stores gave wrong rows on the
-  // GPU (docs/PERF.md, eleventh session).
+  // O is stored from registers: staged in the V stages for TMA stores it measured 0 to 6 %
+  // slower (docs/PERF.md, nineteenth session).
 };
 
 // The plan fwd_fp8 takes for a call without a forced one (the call must pass check_fp8).

@@ -11,13 +11,14 @@ struct Fp8Tile {
   bool no_key_limits = false;  // only calls without causal or window limits (FwdConfig::kNoKeyLimits)
 };
 
-// FlashAttention-3's fp8 tiles (d64 192 x 160 without ping-pong, d128 128 x 224 and d256 128 x 128
-// with it, for calls without causal or window limits), 128-key tiles for masked and short calls,
-// and the general-score (softcap, ALiBi) tiles without ping-pong.
+// FlashAttention-3's fp8 tiles (d64 192 x 160 without ping-pong, also in a kernel for calls without
+// causal or window limits; d128 128 x 224 and d256 128 x 128 with ping-pong), smaller tiles for
+// short calls, and the general-score (softcap, ALiBi) tiles without ping-pong.
 inline constexpr Fp8Tile kFp8Tiles[] = {
-    {64, 192, 160, false, false, true}, {64, 192, 128, false, true},  {64, 128, 128, false, true},  {64, 128, 128, true, false},
-    {128, 128, 224, false, true, true},  {128, 128, 128, false, true}, {128, 128, 128, true, false},
-    {256, 128, 128, false, true, true},  {256, 128, 96, false, true},  {256, 128, 64, true, false},
+    {64, 192, 160, false, false, true}, {64, 192, 160, false, false}, {64, 192, 128, false, true},  {64, 128, 128, false, true},
+    {64, 128, 128, true, false},
+    {128, 128, 224, false, true},  {128, 128, 128, false, true}, {128, 128, 128, true, false},
+    {256, 128, 128, false, true},  {256, 128, 96, false, true},  {256, 128, 64, true, false},
 };
 inline constexpr int kFp8TileCount = int(sizeof(kFp8Tiles) / sizeof(kFp8Tiles[0]));
 

@@ -31,6 +31,7 @@ struct FwdConfig {
   // 16-bit values: no V transpose, P unshifted.
   static constexpr bool kFp8 = false;
   static constexpr int kTransposeWarps = 0, kPShift = 0, kVtBytes = 0;
+  static constexpr bool kOneSoftmaxCopy = false;  // masked and unmasked tiles in two copies (fwd_consumer.cuh)
   // Bytes and elements per row of a shared-memory column block (the swizzle span) of Q/K and V.
   static constexpr int kQKSwizzle = 128, kVSwizzle = 128, kQKBlockCols = 64, kVBlockCols = 64;
   // Not AttnProblem::plain_forward_scores() (softcap, ALiBi or scale <= 0): the logit stage runs per

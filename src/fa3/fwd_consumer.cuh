@@ -233,8 +233,15 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below
         wait_pv();
+      } else if constexpr (!Config::kGeneralScore && Config::kOneSoftmaxCopy) {
+        // fp8: one copy, the mask under a uniform branch before the softmax; its two-copy form
+        // spills the widest tiles (128 x 224, 192 x 160, d256 128 x 128).
+        if (!tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) mask_scores<true>(s, p.mask, at, key0, sq, sk);
+        softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+        sm90::fence_accumulators(s);  // as below
+        wait_pv();
       } else if constexpr (!Config::kGeneralScore) {
-        if (tile_fully_visible(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
+        if (tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
           softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
           // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
           // longer overlap the P V wgmmas.

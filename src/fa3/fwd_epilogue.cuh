@@ -31,7 +31,8 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
                                              uint32_t v_addr) {
   using Element = typename Config::OutElement;
   constexpr int kBlockM = Config::kBlockM, kStages = Config::kStages;
-  constexpr int kColumnBlocksV = Config::kColumnBlocksV, kHeadDimV = Config::kHeadDimV;
+  // O's 16-bit column blocks of 64 (not the V tiles' blocks: fp8 V has 128 per 128-byte row).
+  constexpr int kHeadDimV = Config::kHeadDimV, kOColumnBlocks = kHeadDimV / 64;
   constexpr int kORegs = kHeadDimV / 2;
   constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kEpilogueBarrier = kFwdEpilogueBarrier;
   uint64_t* o_empty = sm.o_empty;
@@ -71,7 +72,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
     sm90::fence_async_shared();
     sm90::named_barrier_sync(kEpilogueBarrier, kConsumerThreads);
     if (threadIdx.x == 128) {
-      for (int c = 0; c < kColumnBlocksV; ++c)
+      for (int c = 0; c < kOColumnBlocks; ++c)
         sm90::tma_store_4d(&maps.o, reinterpret_cast<const void*>(__cvta_shared_to_generic(o_tile + c * kBlockM * 128)), 64 * c,
                            h_out, (grid.row_blocks - 1 - head.rank) * kBlockM, b_out);
       sm90::tma_store_commit();

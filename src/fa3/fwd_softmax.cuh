@@ -50,12 +50,15 @@ __device__ __forceinline__ void scores_to_logits(float (&s)[kRegs], const ScoreP
 
 // Sets the scores of accumulator row r (0: row0, 1: row0 + 8) to -inf outside the keys [begin, end)
 // of the tile.
-template <int kRegs>
+// kRelative: keys relative to the quad's first, so that each compare is against a constant (the
+// widest fp8 tiles mask without spills that way; the general-score kernels spill with it).
+template <bool kRelative = true, int kRegs>
 __device__ __forceinline__ void mask_row_outside(float (&s)[kRegs], int r, int quad, int begin, int end) {
+  if constexpr (kRelative) begin -= 2 * quad, end -= 2 * quad;
 #pragma unroll
   for (int i = 0; i < kRegs; ++i)
     if ((i % 4) / 2 == r) {
-      const int key = 8 * (i / 4) + 2 * quad + (i % 2);
+      const int key = 8 * (i / 4) + (kRelative ? 0 : 2 * quad) + (i % 2);
       if (key < begin || key >= end) s[i] = -INFINITY;
     }
 }
@@ -78,7 +81,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRegs], MaskParams m, Acc
       const KeyRange keys = visible_keys(m, row, row + 1, sq, sk);
       begin = int(keys.begin) - key0, end = int(keys.end) - key0;
     }
-    mask_row_outside(s, r, at.quad, begin, end);
+    mask_row_outside<kNarrowIndex>(s, r, at.quad, begin, end);
   }
 }
 

@@ -24,6 +24,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "api/validate.h"
@@ -39,7 +40,7 @@ namespace {
 std::string plan_name(const fa3::Fp8FwdPlan* plan) {
   if (plan == nullptr) return "plan fp8_fwd_plan";
   return "plan d" + std::to_string(plan->head_dim) + " " + std::to_string(plan->block_m) + "x" + std::to_string(plan->block_n) +
-         (plan->general_score ? " general" : "") + (plan->pingpong ? " pingpong" : "") +
+         (plan->general_score ? " general" : "") + (plan->pingpong ? " pingpong" : "") + (plan->no_key_limits ? " unmasked-calls" : "") +
          (plan->dynamic_schedule ? "" : " cta-per-tile") +
          " section " + std::to_string(plan->section_mb);
 }
@@ -183,9 +184,13 @@ TEST(Fa3Fp8Forward, RefusesWhatItDoesNotCover) {
   causal.head_dim = 128;
   causal.causal = true;
   const fa3::Fp8FwdPlan missing{128, 128, 112, false, true};  // no such kernel
-  const fa3::Fp8FwdPlan wide{128, 128, 224, false, true};     // calls without causal or window limits only
-  for (const fa3::Fp8FwdPlan* plan : {&missing, &wide}) {
-    const Status st = run_with(causal, plan);
+  AttentionCase d64 = causal;
+  d64.head_dim = 64;
+  fa3::Fp8FwdPlan unmasked{64, 192, 160, false, false};  // the kernel for calls without causal or window limits
+  unmasked.no_key_limits = true;
+  const std::pair<const AttentionCase*, const fa3::Fp8FwdPlan*> refused[] = {{&causal, &missing}, {&d64, &unmasked}};
+  for (const auto& [call, plan] : refused) {
+    const Status st = run_with(*call, plan);
     EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
     EXPECT_EQ(st.argument(), "plan") << st.message();
   }
