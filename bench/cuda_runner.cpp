@@ -46,7 +46,7 @@ Status fp8_fwd(const FwdParams& params, const PlanFlags& flags, std::function<St
     bool built = false;
     for (const fa3::Fp8FwdPlan& p : fa3::fp8_fwd_plans(problem))
       built = built || (p.block_m == plan.block_m && p.block_n == plan.block_n && p.pingpong == plan.pingpong &&
-                        p.no_key_limits == plan.no_key_limits);
+                        p.no_key_limits == plan.no_key_limits && p.tma_store_o == plan.tma_store_o);
     if (!built) return skipped_plan(Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: no built kernel runs this plan"));
   }
   *call = [problem, plan, stream = params.stream] { return fa3::fwd_fp8(problem, stream, &plan); };

@@ -107,6 +107,7 @@ fa3::Fp8FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::Fp8FwdPlan plan) {
   const auto& v = flags.values;
   if (const auto it = v.find("block_n"); it != v.end()) plan.block_n = it->second;
   if (const auto it = v.find("consumers"); it != v.end()) plan.block_m = 64 * it->second;
+  if (const auto it = v.find("tma_store"); it != v.end()) plan.tma_store_o = it->second == 1;
   if (const auto it = v.find("pingpong"); it != v.end()) plan.pingpong = it->second == 1;
   if (const auto it = v.find("section_mb"); it != v.end()) plan.section_mb = it->second;
   return plan;

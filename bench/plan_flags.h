@@ -34,8 +34,8 @@ std::optional<PlanFlags> parse_plan_flags(PlanFamily family, const std::string& 
 fa2::FwdPlan apply_plan_flags(const PlanFlags& flags, const fa2::FwdPlan& chosen, const fa2::FwdPlan& base);
 fa2::BwdPlan apply_plan_flags(const PlanFlags& flags, fa2::BwdPlan plan);
 fa3::FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::FwdPlan plan);
-// The fp8 forward takes --fa3-fwd-plan's block_n, consumers (block_m = 64 consumers), pingpong
-// and section_mb.
+// The fp8 forward takes --fa3-fwd-plan's block_n, consumers (block_m = 64 consumers), pingpong,
+// tma_store and section_mb.
 fa3::Fp8FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::Fp8FwdPlan plan);
 
 }  // namespace flashattn::bench

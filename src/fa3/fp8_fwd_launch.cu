@@ -79,15 +79,26 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     // 128 keys (FA3's tile), with ping-pong as FA3 (+1 % over without).
     tile = find_tile(256, 128, 128, false, true);
   }
-  return tile != nullptr ? plan_of(*tile) : Fp8FwdPlan{};
+  if (tile == nullptr) return {};
+  Fp8FwdPlan plan = plan_of(*tile);
+  // O by TMA stores from head dim 128 on dense calls where it fits the V stages: +2 to +6 % at
+  // 2k, level from 16k (docs/PERF.md).
+  plan.tma_store_o = d >= 128 && p.lens.cu_seqlens_q == nullptr && fp8_o_fits_v_stages(plan.block_m, plan.block_n);
+  return plan;
 }
 
 std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& p) {
   std::vector<Fp8FwdPlan> plans;
   const int d = fp8_head_dim(std::max(p.head_dim, p.head_dim_v));
+  const bool dense = p.lens.cu_seqlens_q == nullptr;
   for (const Fp8Tile& t : kFp8Tiles)
-    if (t.head_dim == d && t.general_score == !p.plain_forward_scores() && !(t.no_key_limits && p.mask.limits_keys()))
+    if (t.head_dim == d && t.general_score == !p.plain_forward_scores() && !(t.no_key_limits && p.mask.limits_keys())) {
       plans.push_back(plan_of(t));
+      if (dense && fp8_o_fits_v_stages(t.block_m, t.block_n)) {
+        plans.push_back(plan_of(t));
+        plans.back().tma_store_o = true;
+      }
+    }
   return plans;
 }
 

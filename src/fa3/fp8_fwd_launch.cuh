@@ -39,9 +39,12 @@ Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& p
     const int64_t fit = int64_t(plan.section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
     grid.section_shift = section_shift_for(p.heads_q * p.batch, fit);
   }
+  if (plan.tma_store_o && !fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN))
+    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: O by TMA stores needs block_m <= block_n (O staged in the V stages)");
+  static_assert(!fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN) || Config::kOBytes <= Config::kStages * Config::kVBytes);
   FwdMaps maps;
-  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, /*tma_store_o=*/false, &maps, Config::kQKSwizzle); !st.ok())
-    return st;
+  const bool tma_store_o = plan.tma_store_o && p.lens.cu_seqlens_q == nullptr;  // varlen: a box would cross sequences
+  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, tma_store_o, &maps, Config::kQKSwizzle); !st.ok()) return st;
   auto kernel = fwd_kernel<Config>;
   FLASHATTN_CUDA_CHECK("fa3 fp8 fwd", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   const int64_t ctas = uniform || dynamic ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;

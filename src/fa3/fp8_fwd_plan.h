@@ -27,8 +27,10 @@ struct Fp8FwdPlan {
   // varlen, seqused_k), else a CTA per such tile; with sections of section_mb of K and V.
   bool dynamic_schedule = true;
   int section_mb = 16;
-  // O is stored from registers: staged in the V stages for TMA stores it measured 0 to 6 %
-  // slower (docs/PERF.md, nineteenth session).
+  // O staged in the V stages (the transposes' input, free once a tile's last V is transposed)
+  // and written by TMA stores, as the 16-bit forward; dense calls of tiles whose O fits there
+  // (block_m <= block_n), else (and on varlen calls) stores from registers.
+  bool tma_store_o = false;
 };
 
 // The plan fwd_fp8 takes for a call without a forced one (the call must pass check_fp8).

@@ -20,6 +20,10 @@ inline constexpr Fp8Tile kFp8Tiles[] = {
     {128, 128, 224, false, true},  {128, 128, 128, false, true}, {128, 128, 128, true, false},
     {256, 128, 128, false, true},  {256, 128, 96, false, true},  {256, 128, 64, true, false},
 };
+// O (16-bit, block_m x d) fits the two V stages (fp8, block_n x d each) where it is staged for
+// TMA stores.
+constexpr bool fp8_o_fits_v_stages(int block_m, int block_n) { return block_m * 2 <= 2 * block_n; }
+
 inline constexpr int kFp8TileCount = int(sizeof(kFp8Tiles) / sizeof(kFp8Tiles[0]));
 
 }  // namespace flashattn::fa3

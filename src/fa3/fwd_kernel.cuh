@@ -47,11 +47,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   if (threadIdx.x == 0) {
     sm.pipeline_k->init(kConsumerWarps);
     if constexpr (Config::kFp8) {
-      // V stages are read by the transposing warps (every lane arrives); their Vt stages by the
-      // consumers.
+      // V stages are read by the transposing warps (every lane arrives on empty); their Vt
+      // stages (one arrival per transposing warp on full) by the consumers.
       sm.pipeline_v->init(32 * Config::kTransposeWarps);
       for (int s = 0; s < Config::kStages; ++s) {
-        sm90::mbarrier_init(&sm.pipeline_vt->full[s], 32 * Config::kTransposeWarps);
+        sm90::mbarrier_init(&sm.pipeline_vt->full[s], Config::kTransposeWarps);
         sm90::mbarrier_init(&sm.pipeline_vt->empty[s], kConsumerWarps);
       }
     } else {

@@ -33,12 +33,14 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdSmem<Config>& sm, int w
                                    Config::kTransposeInFlight>(
         sm90::opaque_u32(v_addr + uint32_t(st.stage * Config::kVBytes)), sm90::opaque_u32(v_addr + kVtOffset + uint32_t(st.stage * Config::kVtBytes)),
         keys, worker, lane);
-    // The stores, before the consumers' wgmma (async proxy) reads them; then every lane arrives
-    // on both rings, releasing its own loads and stores (one lane's arrival after __syncwarp
-    // leaves the other lanes' accesses unordered for compute-sanitizer's racecheck).
+    // The stores, before the consumers' wgmma (async proxy) reads them; one arrival per warp on
+    // Vt full first (the consumers wait for it), then every lane on V empty, releasing its own
+    // loads before the next TMA load of the stage (one lane's arrival after __syncwarp leaves the
+    // other lanes' loads unordered for compute-sanitizer's racecheck).
     sm90::fence_async_shared();
+    __syncwarp();
+    if (lane == 0) sm90::mbarrier_arrive(&sm.pipeline_vt->full[st.stage]);
     sm90::mbarrier_arrive(&sm.pipeline_v->empty[st.stage]);
-    sm90::mbarrier_arrive(&sm.pipeline_vt->full[st.stage]);
   }
 }
 

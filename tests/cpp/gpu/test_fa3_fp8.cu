@@ -40,7 +40,7 @@ namespace {
 std::string plan_name(const fa3::Fp8FwdPlan* plan) {
   if (plan == nullptr) return "plan fp8_fwd_plan";
   return "plan d" + std::to_string(plan->head_dim) + " " + std::to_string(plan->block_m) + "x" + std::to_string(plan->block_n) +
-         (plan->general_score ? " general" : "") + (plan->pingpong ? " pingpong" : "") + (plan->no_key_limits ? " unmasked-calls" : "") +
+         (plan->general_score ? " general" : "") + (plan->pingpong ? " pingpong" : "") + (plan->no_key_limits ? " unmasked-calls" : "") + (plan->tma_store_o ? " tma-store" : "") +
          (plan->dynamic_schedule ? "" : " cta-per-tile") +
          " section " + std::to_string(plan->section_mb);
 }
