@@ -82,7 +82,7 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
   if (tile == nullptr) return {};
   Fp8FwdPlan plan = plan_of(*tile);
   // O by TMA stores from head dim 128 on dense calls where it fits the V stages: +2 to +6 % at
-  // 2k, level from 16k (docs/PERF.md).
+  // 2k, level from 16k (docs/PERF.md, nineteenth session).
   plan.tma_store_o = d >= 128 && p.lens.cu_seqlens_q == nullptr && fp8_o_fits_v_stages(plan.block_m, plan.block_n);
   return plan;
 }
