@@ -75,8 +75,8 @@ score-matrix memory and the max |difference| of the outputs.
                                stores), section_mb=N (the dynamic schedule's sections; 0 = one head
                                each); e.g. pingpong=0,block_n=144. With --dtype e4m3: the fp8
                                forward's plan (src/fa3/fp8_fwd_plan.h) in block_n, consumers,
-                               pingpong, tma_store, section_mb (plans no built tile runs are
-                               skipped)
+                               pingpong (the tile's kernel that takes any mask), tma_store,
+                               section_mb (plans no built tile runs are skipped)
   --fa3-bwd-plan K=V[,K=V...]  with --backend fa3: the FA3 backward's plan (src/fa3/bwd_plan.h):
                                section_mb=N (the CTA order's sections of (sequence, kv head)
                                groups; 0 = one group after another), section_wave=0|1 (without

@@ -99,6 +99,7 @@ fa3::FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::FwdPlan plan) {
   if (const auto it = v.find("block_n"); it != v.end()) plan.block_n = it->second;
   if (const auto it = v.find("consumers"); it != v.end()) plan.consumers = it->second;
   if (const auto it = v.find("pingpong"); it != v.end()) plan.pingpong = it->second == 1;
+  if (const auto it = v.find("tma_store"); it != v.end()) plan.tma_store_o = it->second == 1;
   if (const auto it = v.find("section_mb"); it != v.end()) plan.section_mb = it->second;
   return plan;
 }
@@ -110,6 +111,8 @@ fa3::Fp8FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::Fp8FwdPlan plan) {
   if (const auto it = v.find("tma_store"); it != v.end()) plan.tma_store_o = it->second == 1;
   if (const auto it = v.find("pingpong"); it != v.end()) plan.pingpong = it->second == 1;
   if (const auto it = v.find("section_mb"); it != v.end()) plan.section_mb = it->second;
+  // A forced tile shape runs the tile's kernel that takes any mask (every tile has one).
+  if (v.count("block_n") != 0 || v.count("consumers") != 0 || v.count("pingpong") != 0) plan.no_key_limits = false;
   return plan;
 }
 

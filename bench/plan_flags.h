@@ -35,7 +35,7 @@ fa2::FwdPlan apply_plan_flags(const PlanFlags& flags, const fa2::FwdPlan& chosen
 fa2::BwdPlan apply_plan_flags(const PlanFlags& flags, fa2::BwdPlan plan);
 fa3::FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::FwdPlan plan);
 // The fp8 forward takes --fa3-fwd-plan's block_n, consumers (block_m = 64 consumers), pingpong,
-// tma_store and section_mb.
+// tma_store and section_mb; a forced tile shape runs the tile's kernel that takes any mask.
 fa3::Fp8FwdPlan apply_plan_flags(const PlanFlags& flags, fa3::Fp8FwdPlan plan);
 
 }  // namespace flashattn::bench

@@ -111,7 +111,7 @@ __device__ __forceinline__ void bwd_probabilities_and_ds(float (&s)[kRegs], floa
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const RowKeys rows = key_rows_32(p.mask, int(sm90::opaque_u32(uint32_t(th.key[r]))), blk.sq, blk.sk);
-      mask_row_outside(s, r, th.quad, rows.begin - row0, rows.end - row0);
+      mask_row_outside<false>(s, r, th.quad, rows.begin - row0, rows.end - row0);
     }
   }
 #pragma unroll

@@ -28,8 +28,8 @@ struct Fp8FwdConfig {
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kConsumers = kConsumers_;
   // setmaxnreg split (as FwdConfig): the transposing warps live within the producer's share.
-  // Two consumers: 40 + 2 x 232 where the consumers fit in 232 (d <= 128); d256's consumers
-  // need 240.
+  // Two consumers: 40 + 2 x 232 where the consumers fit in 232 (d <= 128), so that the
+  // transposing warps keep two units in flight (kTransposeInFlight); d256's consumers need 240.
   static constexpr bool kWideProducer = kConsumers == 2 && kHeadDim_ <= 128;
   static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : kWideProducer ? 40 : 24;
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : kWideProducer ? 232 : 240;
@@ -63,7 +63,7 @@ struct Fp8FwdConfig {
   static constexpr int kVBytes = kBlockN * kHeadDimV;  // one stage, as loaded
   static constexpr int kVtBytes = sm90::kTransposedBytes<kBlockN, kHeadDimV>;  // one stage, transposed
   static constexpr int kPBytes = 0;
-  static constexpr int kOBytes = kBlockM * kHeadDimV * 2;  // 16-bit O (the shared epilogue's TMA-store branch, unused here)
+  static constexpr int kOBytes = kBlockM * kHeadDimV * 2;  // 16-bit O, staged in the V stages for TMA stores
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes + kVtBytes) + 1024 /*barriers*/ + 1024 /*alignment*/;
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0 && kVtBytes % 1024 == 0,
                 "every tile 1024-byte aligned for the swizzles");

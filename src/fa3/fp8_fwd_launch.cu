@@ -76,21 +76,21 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     const bool wide = sk >= 1024 && pads_at_most(1, sk, 1, 224, 1, 128, 0.04);
     tile = find_tile(128, 128, wide ? 224 : 128, false, true);
   } else {
-    // 128 keys (FA3's tile), with ping-pong as FA3 (+1 % over without).
+    // 128 keys (FA3's tile), with ping-pong as FA3 (docs/PERF.md: a little faster than without).
     tile = find_tile(256, 128, 128, false, true);
   }
   if (tile == nullptr) return {};
   Fp8FwdPlan plan = plan_of(*tile);
   // O by TMA stores from head dim 128 on dense calls where it fits the V stages: +2 to +6 % at
   // 2k, level from 16k (docs/PERF.md, nineteenth session).
-  plan.tma_store_o = d >= 128 && p.lens.cu_seqlens_q == nullptr && fp8_o_fits_v_stages(plan.block_m, plan.block_n);
+  plan.tma_store_o = d >= 128 && out_is_dense(p) && fp8_o_fits_v_stages(plan.block_m, plan.block_n);
   return plan;
 }
 
 std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& p) {
   std::vector<Fp8FwdPlan> plans;
   const int d = fp8_head_dim(std::max(p.head_dim, p.head_dim_v));
-  const bool dense = p.lens.cu_seqlens_q == nullptr;
+  const bool dense = out_is_dense(p);
   for (const Fp8Tile& t : kFp8Tiles)
     if (t.head_dim == d && t.general_score == !p.plain_forward_scores() && !(t.no_key_limits && p.mask.limits_keys())) {
       plans.push_back(plan_of(t));

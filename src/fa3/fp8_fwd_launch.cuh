@@ -16,6 +16,7 @@
 #include "fa3/fp8_fwd_tiles.h"
 #include "fa3/fwd_kernel.cuh"
 #include "fa3/fwd_launch.cuh"
+#include "fa3/fwd_plan.h"
 #include "fa3/launch_common.h"
 #include "fa3/tile_order.h"
 #include "flashattn/flashattn.h"
@@ -39,12 +40,15 @@ Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& p
     const int64_t fit = int64_t(plan.section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
     grid.section_shift = section_shift_for(p.heads_q * p.batch, fit);
   }
-  if (plan.tma_store_o && !fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN))
-    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: O by TMA stores needs block_m <= block_n (O staged in the V stages)");
-  static_assert(!fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN) || Config::kOBytes <= Config::kStages * Config::kVBytes);
+  if (plan.tma_store_o && !fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN, Config::kStages))
+    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: O by TMA stores needs O to fit the V stages (block_m <= block_n)");
+  if (plan.tma_store_o && !out_is_dense(p))
+    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: O by TMA stores takes dense calls only");
+  static_assert(!fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN, Config::kStages) ||
+                Config::kOBytes <= Config::kStages * Config::kVBytes);
   FwdMaps maps;
-  const bool tma_store_o = plan.tma_store_o && p.lens.cu_seqlens_q == nullptr;  // varlen: a box would cross sequences
-  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, tma_store_o, &maps, Config::kQKSwizzle); !st.ok()) return st;
+  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, plan.tma_store_o, &maps, Config::kQKSwizzle); !st.ok())
+    return st;
   auto kernel = fwd_kernel<Config>;
   FLASHATTN_CUDA_CHECK("fa3 fp8 fwd", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
   const int64_t ctas = uniform || dynamic ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;

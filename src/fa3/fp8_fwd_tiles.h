@@ -18,11 +18,14 @@ inline constexpr Fp8Tile kFp8Tiles[] = {
     {64, 192, 160, false, false, true}, {64, 192, 160, false, false}, {64, 192, 128, false, true},  {64, 128, 128, false, true},
     {64, 128, 128, true, false},
     {128, 128, 224, false, true},  {128, 128, 128, false, true}, {128, 128, 128, true, false},
-    {256, 128, 128, false, true},  {256, 128, 96, false, true},  {256, 128, 64, true, false},
+    {256, 128, 128, false, true},  {256, 128, 64, true, false},
 };
-// O (16-bit, block_m x d) fits the two V stages (fp8, block_n x d each) where it is staged for
-// TMA stores.
-constexpr bool fp8_o_fits_v_stages(int block_m, int block_n) { return block_m * 2 <= 2 * block_n; }
+// O (16-bit, block_m x d) fits the V stages (fp8, block_n x d each) where it is staged for TMA
+// stores.
+constexpr bool fp8_o_fits_v_stages(int block_m, int block_n, int stages = 2) {
+  constexpr int kOElementBytes = 2, kVElementBytes = 1;
+  return block_m * kOElementBytes <= stages * block_n * kVElementBytes;
+}
 
 inline constexpr int kFp8TileCount = int(sizeof(kFp8Tiles) / sizeof(kFp8Tiles[0]));
 

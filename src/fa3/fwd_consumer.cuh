@@ -57,8 +57,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
   // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
   // kPBarrier + c: consumer c's P tile written (its 128 threads; P in shared memory only).
-  // kEpilogueBarrier: every consumer's last P V done (O's staging area is in the V ring), then
-  // O staged.
+  // kEpilogueBarrier: every consumer's last P V done (O's staging area is in the V ring: P V read
+  // it, or fp8: the transposing warps read it before P V could start), then O staged.
   constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = kFwdClearBarrier, kTurnBarrier = kFwdTurnBarrier,
                      kPBarrier = kFwdPBarrier;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
@@ -209,9 +209,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     };
 
     // Logits, mask and online softmax of a tile's S, then `wait_pv` (the P V wgmmas in flight: in
-    // the loop, those of the previous tile). Two copies, masked and not, behind a uniform branch:
-    // with the mask test inside a single copy the compiler predicates the per-element compares into
-    // every tile. Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores a masked
+    // the loop, those of the previous tile). 16-bit: two copies, masked and not, behind a uniform
+    // branch: with the mask test inside a single copy the compiler predicated the per-element
+    // compares into every tile (fp8 takes one copy: its two-copy form spills the widest tiles). Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores a masked
     // tile waits for them first, so that the mask's registers can reuse P's (else 192 x 128 tiles
     // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows, since a
     // wgmma wait inside the branch must be uniform over the warpgroup. A masked tile is one that a

@@ -60,7 +60,8 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
     else inv[r] = empty[r] ? 0.f : 1.f / row_sum[r];
   }
   if (maps.o_by_tma) {
-    // Every warpgroup's last P V has read the V ring; then the block's rows, staged by every
+    // Every warpgroup's last P V is done, so the V ring is read (by P V, or fp8: by the
+    // transposing warps, before the Vt stages P V waited for); then the block's rows, staged by every
     // warpgroup, go out in one store per column block (rows past the sequence are clipped by
     // the map) from one thread, which releases the staging area to the producer once the
     // stores have read it. That thread's read wait also orders the next tile's staging after

@@ -20,6 +20,8 @@ inline constexpr uint32_t kFwdClearBarrier = 1, kFwdTurnBarrier = 2, kFwdPBarrie
 template <typename Config>
 struct FwdSmem {
   using Element = typename Config::Element;
+  // The Vt ring (fp8) lies right after the V ring.
+  static constexpr uint32_t kVtFromV = uint32_t(Config::kStages * Config::kVBytes);
   Element* q;
   Element* k;
   Element* v;
@@ -54,7 +56,7 @@ struct FwdSmem {
     q = reinterpret_cast<Element*>(smem);
     k = reinterpret_cast<Element*>(smem + Config::kQBytes);
     v = reinterpret_cast<Element*>(smem + Config::kQBytes + Config::kStages * Config::kKBytes);
-    vt = smem + Config::kQBytes + Config::kStages * (Config::kKBytes + Config::kVBytes);
+    vt = reinterpret_cast<unsigned char*>(v) + kVtFromV;
     p = vt + Config::kStages * Config::kVtBytes;
     pipeline_k = reinterpret_cast<sm90::Pipeline<Config::kStages>*>(p + Config::kConsumers * Config::kPBytes);
     pipeline_v = pipeline_k + 1;

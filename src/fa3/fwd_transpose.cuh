@@ -18,10 +18,7 @@ template <typename Config>
 __device__ __forceinline__ void fwd_transpose_v(const FwdSmem<Config>& sm, int worker) {
   using State = sm90::PipelineState<Config::kStages>;
   const int lane = threadIdx.x % 32;
-  // (Vt lies kStages V stages past V: one base register.)
-  static_assert(Config::kQBytes % 1024 == 0);
-  const uint32_t v_addr = sm90::smem_u32(sm.v);
-  constexpr uint32_t kVtOffset = Config::kStages * Config::kVBytes;
+  const uint32_t v_addr = sm90::smem_u32(sm.v);  // and Vt at a constant offset: one base register
   for (uint32_t use = 0;; ++use) {
     const State st = State::at(use);
     sm90::mbarrier_wait(&sm.pipeline_v->full[st.stage], st.phase);
@@ -31,7 +28,7 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdSmem<Config>& sm, int w
     sm90::mbarrier_wait(&sm.pipeline_vt->empty[st.stage], st.phase ^ 1u);
     sm90::transpose_e4m3_to_kmajor<Config::kBlockN, Config::kHeadDimV, Config::kVSwizzle, Config::kTransposeWarps,
                                    Config::kTransposeInFlight>(
-        sm90::opaque_u32(v_addr + uint32_t(st.stage * Config::kVBytes)), sm90::opaque_u32(v_addr + kVtOffset + uint32_t(st.stage * Config::kVtBytes)),
+        sm90::opaque_u32(v_addr + uint32_t(st.stage * Config::kVBytes)), sm90::opaque_u32(v_addr + FwdSmem<Config>::kVtFromV + uint32_t(st.stage * Config::kVtBytes)),
         keys, worker, lane);
     // The stores, before the consumers' wgmma (async proxy) reads them; one arrival per warp on
     // Vt full first (the consumers wait for it), then every lane on V empty, releasing its own

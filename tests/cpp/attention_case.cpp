@@ -196,6 +196,8 @@ uint64_t AttentionRun::inputs_hash() const {
   };
   for (const HostTensor* t : {&q, &k, &v, &alibi_slopes, &cu_q, &cu_k, &seqused, &q_descale, &k_descale, &v_descale}) {
     const std::vector<int64_t>& shape = t->shape();
+    const int64_t header[2] = {int64_t(t->dtype()), int64_t(shape.size())};
+    mix(header, sizeof(header));
     mix(shape.data(), shape.size() * sizeof(int64_t));
     if (!shape.empty()) mix(t->data(), size_t(t->numel()) * dtype_size(t->dtype()));
   }

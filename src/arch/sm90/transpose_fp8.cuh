@@ -32,14 +32,6 @@
 
 namespace flashattn::sm90 {
 
-// The byte offset of (row, byte) in a kSwizzleBytes-swizzled tile of kSwizzleBytes-byte rows
-// (the 16-byte chunk index XORed with address bits 7.. as the TMA and wgmma swizzles do).
-template <int kSwizzleBytes>
-__device__ __forceinline__ uint32_t swizzled_offset(uint32_t row, uint32_t byte) {
-  const uint32_t offset = row * kSwizzleBytes + byte;
-  return offset ^ (((offset >> 7) & uint32_t(kSwizzleBytes / 16 - 1)) << 4);
-}
-
 // Bytes of the destination of a kKeys x kCols transpose (whole 128-key blocks).
 template <int kKeys, int kCols>
 inline constexpr int kTransposedBytes = (kKeys + 127) / 128 * 128 * kCols;
