@@ -211,7 +211,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     // Logits, mask and online softmax of a tile's S, then `wait_pv` (the P V wgmmas in flight: in
     // the loop, those of the previous tile). 16-bit: two copies, masked and not, behind a uniform
     // branch: with the mask test inside a single copy the compiler predicated the per-element
-    // compares into every tile (fp8 takes one copy: its two-copy form spills the widest tiles). Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores a masked
+    // compares into every tile (fp8 takes one copy: its two-copy form spills the widest tiles).
+    // Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores (16-bit) a masked
     // tile waits for them first, so that the mask's registers can reuse P's (else 192 x 128 tiles
     // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows, since a
     // wgmma wait inside the branch must be uniform over the warpgroup. A masked tile is one that a
@@ -236,7 +237,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       } else if constexpr (!Config::kGeneralScore && Config::kOneSoftmaxCopy) {
         // fp8: one copy, the mask under a uniform branch before the softmax; its two-copy form
         // spills the widest tiles (128 x 224, 192 x 160, d256 128 x 128).
-        if (!tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) mask_scores<true>(s, p.mask, at, key0, sq, sk);
+        if (!tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk))
+          mask_scores<true>(s, p.mask, at, key0, sq, sk);
         softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below
         wait_pv();

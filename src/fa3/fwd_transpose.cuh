@@ -28,8 +28,8 @@ __device__ __forceinline__ void fwd_transpose_v(const FwdSmem<Config>& sm, int w
     sm90::mbarrier_wait(&sm.pipeline_vt->empty[st.stage], st.phase ^ 1u);
     sm90::transpose_e4m3_to_kmajor<Config::kBlockN, Config::kHeadDimV, Config::kVSwizzle, Config::kTransposeWarps,
                                    Config::kTransposeInFlight>(
-        sm90::opaque_u32(v_addr + uint32_t(st.stage * Config::kVBytes)), sm90::opaque_u32(v_addr + FwdSmem<Config>::kVtFromV + uint32_t(st.stage * Config::kVtBytes)),
-        keys, worker, lane);
+        sm90::opaque_u32(v_addr + uint32_t(st.stage * Config::kVBytes)),
+        sm90::opaque_u32(v_addr + FwdSmem<Config>::kVtFromV + uint32_t(st.stage * Config::kVtBytes)), keys, worker, lane);
     // The stores, before the consumers' wgmma (async proxy) reads them; one arrival per warp on
     // Vt full first (the consumers wait for it), then every lane on V empty, releasing its own
     // loads before the next TMA load of the stage (one lane's arrival after __syncwarp leaves the
