@@ -42,13 +42,8 @@ Status fp8_fwd(const FwdParams& params, const PlanFlags& flags, std::function<St
   if (Status st = api::make_fwd_problem(params, &problem); !st.ok()) return st;
   if (Status st = fa3::check_fp8(problem); !st.ok()) return st;
   const fa3::Fp8FwdPlan plan = apply_plan_flags(flags, fa3::fp8_fwd_plan(problem));
-  if (!flags.empty()) {  // a plan no built kernel runs is skipped, with the library's reason
-    bool built = false;
-    for (const fa3::Fp8FwdPlan& p : fa3::fp8_fwd_plans(problem))
-      built = built || (p.block_m == plan.block_m && p.block_n == plan.block_n && p.pingpong == plan.pingpong &&
-                        p.no_key_limits == plan.no_key_limits && p.tma_store_o == plan.tma_store_o);
-    if (!built) return skipped_plan(Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: no built kernel runs this plan"));
-  }
+  // A plan the call cannot take is skipped, with the library's reason.
+  if (Status st = fa3::check_fp8_fwd_plan(plan, problem); !st.ok()) return skipped_plan(st);
   *call = [problem, plan, stream = params.stream] { return fa3::fwd_fp8(problem, stream, &plan); };
   return {};
 }

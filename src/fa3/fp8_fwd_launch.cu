@@ -10,12 +10,14 @@
 #include "fa3/fp8_fwd_launch.cuh"
 #include "fa3/fp8_fwd_plan.h"
 #include "fa3/fp8_fwd_tiles.h"
+#include "fa3/fwd_plan.h"
 #include "fa3/launch_common.h"
 
 namespace flashattn::fa3 {
 namespace {
 
 Status unsupported(const std::string& why) { return Status::error(ErrorCode::Unsupported, "q", "fa3 fp8 fwd: " + why); }
+Status unsupported_plan(const std::string& why) { return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: " + why); }
 
 // The head dim an fp8 call runs at: 64, 128 or 256 (its q/k and v head dims in one class).
 int fp8_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
@@ -102,16 +104,27 @@ std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& p) {
   return plans;
 }
 
-Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan) {
-  if (Status st = require_sm90("fa3 fp8 fwd"); !st.ok()) return st;
-  if (Status st = check_fp8(p); !st.ok()) return st;
-  const Fp8FwdPlan plan = forced_plan != nullptr ? *forced_plan : fp8_fwd_plan(p);
+Status check_fp8_fwd_plan(const Fp8FwdPlan& plan, const AttnProblem& p) {
   if (plan.head_dim != fp8_head_dim(std::max(p.head_dim, p.head_dim_v)))
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 fp8 fwd: the plan's head dim " + std::to_string(plan.head_dim) + " is not the call's class");
   if (plan.general_score != !p.plain_forward_scores())
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 fp8 fwd: the plan's general_score must say whether the call has softcap, ALiBi or a scale <= 0");
+  const Fp8Tile* tile = find_tile(plan.head_dim, plan.block_m, plan.block_n, plan.general_score, plan.pingpong, plan.no_key_limits);
+  if (tile == nullptr) return unsupported_plan("no kernel is built for this plan (fp8_fwd_tiles.h)");
+  if (tile->no_key_limits && p.mask.limits_keys()) return unsupported_plan("this tile runs calls without causal or window limits only");
+  if (plan.tma_store_o && !fp8_o_fits_v_stages(plan.block_m, plan.block_n))
+    return unsupported_plan("O by TMA stores needs O to fit the V stages (block_m <= block_n)");
+  if (plan.tma_store_o && !out_is_dense(p)) return unsupported_plan("O by TMA stores takes dense calls only");
+  return {};
+}
+
+Status fwd_fp8(const AttnProblem& p, void* stream, const Fp8FwdPlan* forced_plan) {
+  if (Status st = require_sm90("fa3 fp8 fwd"); !st.ok()) return st;
+  if (Status st = check_fp8(p); !st.ok()) return st;
+  const Fp8FwdPlan plan = forced_plan != nullptr ? *forced_plan : fp8_fwd_plan(p);
+  if (Status st = check_fp8_fwd_plan(plan, p); !st.ok()) return st;
   const auto s = static_cast<cudaStream_t>(stream);
   AttnProblem clamped = p;
   const SeqlenBounds bounds = seqlen_bounds(p);

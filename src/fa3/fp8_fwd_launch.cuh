@@ -16,7 +16,6 @@
 #include "fa3/fp8_fwd_tiles.h"
 #include "fa3/fwd_kernel.cuh"
 #include "fa3/fwd_launch.cuh"
-#include "fa3/fwd_plan.h"
 #include "fa3/launch_common.h"
 #include "fa3/tile_order.h"
 #include "flashattn/flashattn.h"
@@ -30,8 +29,6 @@ template <typename Config>
 Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& plan) {
   const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
   if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
-  if (Config::kNoKeyLimits && p.mask.limits_keys())
-    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: this tile runs calls without causal or window limits only");
   const bool uniform = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr && !p.mask.limits_keys();
   const bool dynamic = !uniform && plan.dynamic_schedule;
   FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr, 0};
@@ -40,12 +37,8 @@ Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& p
     const int64_t fit = int64_t(plan.section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
     grid.section_shift = section_shift_for(p.heads_q * p.batch, fit);
   }
-  if (plan.tma_store_o && !fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN, Config::kStages))
-    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: O by TMA stores needs O to fit the V stages (block_m <= block_n)");
-  if (plan.tma_store_o && !out_is_dense(p))
-    return Status::error(ErrorCode::Unsupported, "plan", "fa3 fp8 fwd: O by TMA stores takes dense calls only");
-  static_assert(!fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN, Config::kStages) ||
-                Config::kOBytes <= Config::kStages * Config::kVBytes);
+  // check_fp8_fwd_plan's rule for TMA stores of O holds for this configuration's V stages.
+  static_assert(!fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN) || Config::kOBytes <= Config::kStages * Config::kVBytes);
   FwdMaps maps;
   if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, plan.tma_store_o, &maps, Config::kQKSwizzle); !st.ok())
     return st;

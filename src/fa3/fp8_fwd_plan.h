@@ -39,4 +39,9 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& problem);
 // Every plan whose kernel is built and can run the call (tests force each one).
 std::vector<Fp8FwdPlan> fp8_fwd_plans(const AttnProblem& problem);
 
+// Whether a forced plan can run the call (host-side; fwd_fp8 checks every plan with it): Ok, or
+// an error naming "plan" (InvalidArgument: the head dim class or score path is not the call's;
+// Unsupported: no built kernel, or one the call's mask or layout rules out).
+Status check_fp8_fwd_plan(const Fp8FwdPlan& plan, const AttnProblem& problem);
+
 }  // namespace flashattn::fa3
