@@ -231,7 +231,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         // to reuse): the general interval mask's registers spill these 192 x 192 tiles (and fp8's
         // 128 x 224).
         if (key0 + kBlockN > sk) mask_keys_past_end(s, at, key0, sk);
-        softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+        softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below
         wait_pv();
       } else if constexpr (!Config::kGeneralScore && Config::kOneSoftmaxCopy) {
@@ -239,12 +239,12 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         // spills the widest tiles (128 x 224, 192 x 160, d256 128 x 128).
         if (!tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk))
           mask_scores<true>(s, p.mask, at, key0, sq, sk);
-        softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+        softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below
         wait_pv();
       } else if constexpr (!Config::kGeneralScore) {
         if (tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
-          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+          softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
           // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
           // longer overlap the P V wgmmas.
           sm90::fence_accumulators(s);
@@ -252,15 +252,15 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         } else {
           wait_pv();
           mask_scores<true>(s, p.mask, at, key0, sq, sk);
-          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+          softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         }
       } else {
         const int warp_row0 = wg_row0 + 16 * warp;
         if (tile_fully_visible(p.mask, warp_row0, warp_row0 + 16, key0, key0 + kBlockN, sq, sk)) {
-          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+          softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         } else {
           mask_scores<false>(s, p.mask, at, key0, sq, sk);
-          softmax_update<Config::kPShift>(s, row_max, row_sum, tile_scale_log2, rescale);
+          softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         }
         sm90::fence_accumulators(s);  // as above
         wait_pv();
@@ -319,7 +319,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
           sm90::fence_accumulators(o);
         });
         release(&pipeline_v->empty[v_state.stage]);
-        rescale_rows(o, rescale);
+        rescale_rows<(Config::kRescaleSlack > 0)>(o, rescale);
         write_p();
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.

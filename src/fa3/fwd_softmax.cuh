@@ -97,7 +97,10 @@ __device__ __forceinline__ void mask_keys_past_end(float (&s)[kRegs], Accumulato
 // factor that rescales the running sum and O, and s replaced by exp2(s * scale_log2 - max +
 // kPShift) (unnormalised P, times 2^kPShift: fp8's P keeps its small weights in e4m3's normal
 // range). scale_log2 >= 0 (or NaN: every output NaN).
-template <int kPShift = 0, int kRegs>
+// kRescaleSlack > 0: a row's max moves only when the tile's exceeds it by more than 2^kRescaleSlack
+// (FlashAttention-4's lazy rescale): P then stays below 2^(kPShift + kRescaleSlack), the running
+// sum and O carry the same stale max, and most tiles rescale by exactly 1 (the caller skips it).
+template <int kPShift = 0, int kRescaleSlack = 0, int kRegs>
 __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
 #pragma unroll
@@ -110,7 +113,10 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
     tile_max = sm80::max_nan(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
     // (-inf stays -inf also when scale_log2 is 0.)
     const float tile_max_scaled = tile_max == -INFINITY ? -INFINITY : tile_max * scale_log2;
-    const float new_max = sm80::max_nan(row_max[r], tile_max_scaled);  // NaN in, NaN out (not a row that saw nothing)
+    float new_max = sm80::max_nan(row_max[r], tile_max_scaled);  // NaN in, NaN out (not a row that saw nothing)
+    // (-inf + slack is -inf: a row's first visible tile always sets its max; NaN compares false.)
+    if constexpr (kRescaleSlack > 0)
+      if (new_max <= row_max[r] + float(kRescaleSlack)) new_max = row_max[r];
     // A row with nothing visible yet keeps max -inf; subtracting 0 keeps its exponentials at 0.
     const float max_used = new_max == -INFINITY ? 0.f : new_max;
     rescale[r] = sm80::fast_exp2(row_max[r] - max_used);
@@ -127,8 +133,11 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
   }
 }
 
-template <int kRegs>
+// With kSkipOnes (the lazy rescale), a warp whose rows all rescale by 1 skips the multiplies.
+template <bool kSkipOnes = false, int kRegs>
 __device__ __forceinline__ void rescale_rows(float (&o)[kRegs], const float (&rescale)[2]) {
+  if constexpr (kSkipOnes)
+    if (!__any_sync(0xffffffffu, rescale[0] != 1.f || rescale[1] != 1.f)) return;
 #pragma unroll
   for (int i = 0; i < kRegs; ++i) o[i] *= rescale[(i % 4) / 2];
 }
