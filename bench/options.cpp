@@ -83,8 +83,9 @@ score-matrix memory and the max |difference| of the outputs.
                                section_mb: sections of a wave of CTAs; set by causal calls),
                                tma_store=0|1 (dK and dV by TMA stores); e.g. section_mb=0
   --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
-                               (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap;
-                               calls where it is not built are skipped)
+                               (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap,
+                               with @128 for 128-row steps, e.g. default@128; calls where it is
+                               not built are skipped)
   --json FILE                  also write every row as JSON
   -h, --help                   this text
 )";

@@ -20,9 +20,10 @@ Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const Fa3BwdOver
   if (params.dq.numel() == 0 && params.dk.numel() == 0 && params.dv.numel() == 0) return {};
   fa3::BwdPlan plan = fa3::bwd_plan(problem);
   if (const auto& kernel = change.kernel) {
-    if (!fa3::bwd_kernel_built(plan.head_dim, kernel->block_m, kernel->variant))
-      return unsupported("plan", "fa3 bwd: the kernel variant " + fa3::bwd_kernel_name(*kernel) + " is not built at head dim " +
-                                     std::to_string(plan.head_dim));
+    if (!fa3::bwd_kernel_built(plan.head_dim, kernel->block_m, kernel->variant, plan.general_score))
+      return unsupported("plan", "fa3 bwd: the kernel variant " + fa3::bwd_kernel_name(*kernel) + " of " +
+                                     std::to_string(kernel->block_m) + "-row steps is not built at head dim " +
+                                     std::to_string(plan.head_dim) + (plan.general_score ? " with softcap or ALiBi" : ""));
     plan.block_m = kernel->block_m;
     plan.variant = kernel->variant;
   }

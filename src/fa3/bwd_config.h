@@ -39,10 +39,15 @@ struct BwdConfig {
   static constexpr int kStages = 2;                // Q and dO rings
   static constexpr int kDsStages = 2;              // dS tiles: a step's writes never meet the last step's dQ reads
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  // setmaxnreg split of the 64K registers, with slack (32 + 2 x 240 leaves none, and the
-  // consumers' increase never returned on the H200; 24 + 2 x 240 measured no faster).
-  static constexpr int kConsumerRegisters = 232;
-  static constexpr int kProducerRegisters = 32;
+  // Steps of 128 rows (d64): S^T and dP^T take 128 of a consumer's registers. Plain scores only
+  // (softcap and ALiBi spill there; bwd_variants.h).
+  static constexpr bool kTallSteps = kBlockM == 128;
+  static_assert(!kTallSteps || (kHeadDim == 64 && !kGeneralScore_), "128-row steps: d64, plain scores");
+  // setmaxnreg split of the 64K registers: the launch's 168 per thread (64512), so 24 + 2 x 240
+  // at most (a larger increase never returns). 128-row steps take 240 (docs/PERF.md, twentieth
+  // session: +3 % over 232); the 64-row kernels keep slack (24 + 2 x 240 measured no faster).
+  static constexpr int kConsumerRegisters = kTallSteps ? 240 : 232;
+  static constexpr int kProducerRegisters = kTallSteps ? 24 : 32;
   static constexpr int kColumnBlocks = kHeadDim / 64;
   // dQ = dS K of a step (kBlockM x kHeadDim) in chunks of 64 rows x kDqCols columns, one per
   // consumer warpgroup: 64-row blocks of the step's rows, then column slices (d128: the two

@@ -36,22 +36,24 @@ inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqNextBarrier = 3, kBwdDqDone
 inline constexpr uint32_t kBwdDqOrderThreads = 256 + 32, kBwdDqNextThreads = 64;
 
 // The row block a step adds to, walked as bwd_for_each_step walks them (query head g of the GQA
-// group outer, row block m inner) without a division per step: m, and the row block's 64-row
-// slab of the workspaces ((sequence x query heads + head) x rows_padded / 64 + m: its dQ chunk's
-// and its semaphore's index). Row blocks are one slab (kBlockM = 64).
+// group outer, row block m inner) without a division per step: m, and the row block's first
+// 64-row slab of the workspaces ((sequence x query heads + head) x rows_padded / 64 + m x
+// kSlabs: its dQ chunks' and its semaphore's index). A row block is kSlabs = kBlockM / 64 slabs.
+template <int kSlabs>
 struct BwdRowCursor {
   int64_t slab;
   int m;
   __device__ __forceinline__ BwdRowCursor(const BwdArgs& args, const BwdBlock& blk)
-      : slab((int64_t(blk.b) * args.problem.fwd.heads_q + blk.hk * blk.heads_per_group) * (args.rows_padded / 64) + blk.m_begin),
+      : slab((int64_t(blk.b) * args.problem.fwd.heads_q + blk.hk * blk.heads_per_group) * (args.rows_padded / 64) +
+             int64_t(blk.m_begin) * kSlabs),
         m(blk.m_begin) {}
   // `steps` steps on.
   __device__ __forceinline__ void advance(const BwdArgs& args, const BwdBlock& blk, int steps) {
     m += steps;
-    slab += steps;
+    slab += int64_t(steps) * kSlabs;
     while (m >= blk.m_end) {  // the next query head's first row blocks
       m -= blk.m_end - blk.m_begin;
-      slab += args.rows_padded / 64 - (blk.m_end - blk.m_begin);
+      slab += args.rows_padded / 64 - int64_t(blk.m_end - blk.m_begin) * kSlabs;
     }
   }
 };
@@ -85,7 +87,6 @@ __device__ __forceinline__ void bwd_release_count(int* counter) {
 template <typename Config>
 __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const BwdBlock& blk, uint32_t stage_addr, int c) {
   constexpr int kStride = Config::kDqAlternate ? 2 : 1;  // this writer's steps: c, c + 2, ... or all
-  static_assert(Config::kBlockM == 64, "BwdRowCursor: a step's rows are one 64-row slab");
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
   const int first = Config::kDqAlternate ? c : 0;
@@ -93,7 +94,7 @@ __device__ __forceinline__ void bwd_write_dq_chunks(const BwdArgs& args, const B
   // This chunk's place in a row block: rows 64 qb, columns cb * kDqCols (bwd_config.h).
   const int qb = Config::kDqOneChunk ? 0 : c / Config::kDqColChunks, cb = Config::kDqOneChunk ? 0 : c % Config::kDqColChunks;
   int peeked = -1;  // deterministic mode: the next step's count, read before the last release
-  BwdRowCursor at(args, blk);
+  BwdRowCursor<Config::kDqRowBlocks> at(args, blk);
   at.advance(args, blk, first);
   sm90::named_barrier_arrive_of<kBwdDqEmptyBarrier, kBwdDqBarrierThreads>(c);
   for (int step = first; step < steps; step += kStride) {
@@ -140,7 +141,7 @@ template <typename Config>
 __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const BwdBlock& blk, int c) {
   const int lane = threadIdx.x % 32;
   const int steps = blk.steps();
-  BwdRowCursor at(args, blk);
+  BwdRowCursor<Config::kDqRowBlocks> at(args, blk);
   for (int step = 0; step < steps; ++step, at.advance(args, blk, 1)) {
     if (c == 0) {
       if (lane == 0) gpu::bwd_wait_counter(args.dq_semaphores + at.slab, bwd_dq_turn<Config>(args, blk, at.m, 0));

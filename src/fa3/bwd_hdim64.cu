@@ -1,6 +1,6 @@
-// FA3 backward configurations of head dim 64 (calls with head dims up to 64 run here): 64 query
-// rows per step, 128 keys per CTA; the two consumer warpgroups split dQ = dS K by keys. (FA3's
-// 128 x 128 spilled here: its S^T and dP^T tiles take 128 of the consumers' registers.)
+// FA3 backward configurations of head dim 64 (calls with head dims up to 64 run here), 128 keys
+// per CTA: 128 query rows per step with plain scores (FA3's d64 tile), 64 with softcap or ALiBi
+// (the warpgroups take turns computing a step's dQ); bwd_variants.h lists them.
 #include "fa3/bwd_launch.cuh"
 
 namespace flashattn::fa3 {

@@ -45,12 +45,15 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
   const int warpgroup = int(threadIdx.x / 128);
   if (warpgroup == 0) {
     sm90::warpgroup_registers_decrease<Config::kProducerRegisters>();
+    // The producer (thread 0) and the dQ writers (warps 1 and 2) form the CTA's work once, then
+    // take their role; the rest leave. (Formed in each role's branch, or with the writers' test
+    // after the producer's branch, ptxas spilled the 128-row kernels, consumers included.)
     const int warp = int(threadIdx.x / 32);
-    if (warp == 0 && threadIdx.x == 0) {
-      const BwdBlock blk = block();
-      if (blk.steps() > 0) bwd_produce<Config>(maps, args, blk, sm);
-    }
-    if (warp == 1 || warp == 2) bwd_write_dq<Config>(args, block(), sm.addr(Config::kOffsetDq), warp - 1);
+    if (warp > 2 || (warp == 0 && threadIdx.x != 0)) return;
+    const BwdBlock blk = block();
+    if (blk.steps() == 0) return;
+    if (warp == 0) bwd_produce<Config>(maps, args, blk, sm);
+    else bwd_write_dq<Config>(args, blk, sm.addr(Config::kOffsetDq), warp - 1);
     return;
   }
   sm90::warpgroup_registers_increase<Config::kConsumerRegisters>();

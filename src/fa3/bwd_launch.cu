@@ -125,9 +125,10 @@ BwdPlan bwd_plan(const BwdProblem& bp) {
   BwdPlan plan;
   plan.head_dim = bwd_head_dim(std::max(p.head_dim, p.head_dim_v));
   plan.general_score = p.score_modifiers();
-  const BwdKernel& kernel = *bwd_kernels_of(plan.head_dim).begin();
-  plan.block_m = kernel.block_m;
-  plan.variant = kernel.variant;
+  if (const BwdKernel* kernel = bwd_first_kernel(plan.head_dim, plan.general_score)) {
+    plan.block_m = kernel->block_m;
+    plan.variant = kernel->variant;
+  }
   // Deterministic mode: a CTA waits for the group's key block before it at every row block, so
   // CTAs of one group that start together wait in a staircase; sections start key block k of
   // many groups together instead (docs/PERF.md, 2026-12-04; 16 MB measured over 40 on
@@ -153,10 +154,10 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
                              std::to_string(std::max(p.head_dim, p.head_dim_v)) + ", general score " +
                              (plan.general_score ? "on" : "off") + " for a call with it " + (p.score_modifiers() ? "on" : "off") + ")");
   if (plan.section_mb < 0) return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: a negative section_mb");
-  if (!bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant))
+  if (!bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant, plan.general_score))
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 bwd: no kernel of head dim " + std::to_string(plan.head_dim) + " with block_m " +
-                             std::to_string(plan.block_m) + " and the plan's variant is built (fa3/bwd_variants.h)");
+                             std::to_string(plan.block_m) + " and the plan's variant is built for its score path (fa3/bwd_variants.h)");
 
   BwdArgs args;
   args.problem = problem;

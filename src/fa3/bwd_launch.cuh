@@ -48,12 +48,16 @@ Status launch_bwd_built(const BwdArgs& args, const BwdPlan& plan, cudaStream_t s
   Status st = Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: the plan names a kernel variant that is not built");
   const auto launch_if_named = [&](auto built) {
     constexpr BwdKernel kKernel = kBuilt[decltype(built)::value];
-    using Config = BwdConfig<Element, kHeadDim, kKernel.block_m, kGeneralScore, kKernel.variant>;
-    static_assert(Config::kDqCols == BwdConfig<Element, kHeadDim, 64, kGeneralScore>::kDqCols,
-                  "one dQ workspace layout per head dim (the conversion reads it)");
-    if (plan.block_m != kKernel.block_m || !(plan.variant == kKernel.variant)) return false;
-    st = launch_bwd_config<Config>(args, plan, stream);
-    return true;
+    if constexpr (!kKernel.takes(kGeneralScore)) {
+      return false;
+    } else {
+      using Config = BwdConfig<Element, kHeadDim, kKernel.block_m, kGeneralScore, kKernel.variant>;
+      static_assert(Config::kDqCols == BwdConfig<Element, kHeadDim, 64, kGeneralScore>::kDqCols,
+                    "one dQ workspace layout per head dim (the conversion reads it)");
+      if (plan.block_m != kKernel.block_m || !(plan.variant == kKernel.variant)) return false;
+      st = launch_bwd_config<Config>(args, plan, stream);
+      return true;
+    }
   };
   (launch_if_named(std::integral_constant<size_t, kI>{}) || ...);
   return st;

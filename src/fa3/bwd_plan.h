@@ -25,7 +25,7 @@ struct BwdVariant {
 
 struct BwdPlan {
   int head_dim = 0;            // the kernel's: 64, 128 or 256
-  int block_m = 0;             // query rows per step: 64
+  int block_m = 0;             // query rows per step: 64, or 128 (d64, plain scores)
   bool general_score = false;  // softcap or ALiBi (must match the call)
   BwdVariant variant{};        // bwd_plan: the head dim's kernel (bwd_variants.h)
   // The CTAs' order: sections of (sequence, kv head) groups whose Q, dO and dQ workspace fit in

@@ -1,6 +1,7 @@
-// Names of the FA3 backward's kernel variants (bwd_variants.h), for the benchmark's
-// --fa3-bwd-variant and the tests: "default" (BwdDq::Default), "dq-alternate" (BwdDq::Alternate,
-// built at d64) or "dq-overlap" (BwdDq::Overlap, built at d256). Host only.
+// Names of the FA3 backward's kernels (bwd_variants.h), for the benchmark's --fa3-bwd-variant and
+// the tests: "default" (BwdDq::Default), "dq-alternate" (BwdDq::Alternate, built at d64) or
+// "dq-overlap" (BwdDq::Overlap, built at d256), with "@128" for 128-row steps ("default@128",
+// built at d64). Host only.
 #pragma once
 
 #include <optional>
@@ -11,15 +12,25 @@
 
 namespace flashattn::fa3 {
 
-// The kernel a name spells, or nullopt with *why naming the unknown one. Whether it is built at
-// a head dim is bwd_kernel_built's answer.
+// The kernel a name spells, or nullopt with *why naming the unknown one: a variant, and after
+// '@' the rows per step when not 64 ("default@128"). Whether it is built at a head dim is
+// bwd_kernel_built's answer.
 inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::string* why) {
   BwdKernel kernel;
-  if (spec == "default") return kernel;
-  if (spec == "dq-alternate") kernel.variant.dq = BwdDq::Alternate;
-  else if (spec == "dq-overlap") kernel.variant.dq = BwdDq::Overlap;
-  else {
-    *why = "unknown FA3 backward variant '" + std::string(spec) + "' (default, dq-alternate or dq-overlap)";
+  std::string_view variant = spec;
+  if (const size_t at = spec.find('@'); at != std::string_view::npos) {
+    variant = spec.substr(0, at);
+    const std::string_view rows = spec.substr(at + 1);
+    if (rows == "128") kernel.block_m = 128;
+    else {
+      *why = "unknown FA3 backward rows per step '" + std::string(rows) + "' in '" + std::string(spec) + "' (@128, or none for 64)";
+      return std::nullopt;
+    }
+  }
+  if (variant == "dq-alternate") kernel.variant.dq = BwdDq::Alternate;
+  else if (variant == "dq-overlap") kernel.variant.dq = BwdDq::Overlap;
+  else if (variant != "default") {
+    *why = "unknown FA3 backward variant '" + std::string(spec) + "' (default, dq-alternate or dq-overlap, with @128 for 128-row steps)";
     return std::nullopt;
   }
   return kernel;
@@ -27,11 +38,9 @@ inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::str
 
 // The name parse_bwd_kernel reads back as `kernel`.
 inline std::string bwd_kernel_name(const BwdKernel& kernel) {
-  switch (kernel.variant.dq) {
-    case BwdDq::Alternate: return "dq-alternate";
-    case BwdDq::Overlap: return "dq-overlap";
-    default: return "default";
-  }
+  std::string name = kernel.variant.dq == BwdDq::Alternate ? "dq-alternate" : kernel.variant.dq == BwdDq::Overlap ? "dq-overlap" : "default";
+  if (kernel.block_m != 64) name += "@" + std::to_string(kernel.block_m);
+  return name;
 }
 
 }  // namespace flashattn::fa3

@@ -1,7 +1,8 @@
 // The FA3 backward kernels built per head dim: bwd_hdim*.cu instantiate exactly these, in both
-// element types and both score paths; bwd_plan takes the first of its head dim; fa3::bwd refuses
-// a forced plan that names another. Variants measured slower were deleted (docs/PERF.md,
-// eleventh session: L2 EVICT_LAST hints and a 24-register producer gained nothing). Host and device.
+// element types and the score paths each takes; bwd_plan takes the first of its head dim that
+// takes the call's; fa3::bwd refuses a forced plan that names another. Variants measured slower
+// were deleted (docs/PERF.md, eleventh session: L2 EVICT_LAST hints and a 24-register producer
+// gained nothing). Host and device.
 #pragma once
 
 #include "fa3/bwd_plan.h"
@@ -12,12 +13,17 @@ namespace flashattn::fa3 {
 struct BwdKernel {
   int block_m = 64;
   BwdVariant variant{};
+  // Kernels of 128-row steps take plain scores only (softcap and ALiBi spill there): the general
+  // score path is not built for them.
+  constexpr bool takes(bool general_score) const { return block_m == 64 || !general_score; }
   friend constexpr bool operator==(const BwdKernel&, const BwdKernel&) = default;
 };
 
-// d64: the warpgroups take turns computing a whole step's dQ (one bulk add per step); d256: dQ's
-// first slice issued before dV/dK, its adds overlapping them. (docs/PERF.md, eleventh session.)
-inline constexpr BwdKernel kBwdKernels64[] = {{64, {.dq = BwdDq::Alternate}}};
+// d64: 128-row steps, as FlashAttention-3 (docs/PERF.md, twentieth session: +4 to +9 % over 64
+// rows); with softcap or ALiBi 64-row steps where the warpgroups take turns computing a whole
+// step's dQ (one bulk add per step). d256: dQ's first slice issued before dV/dK, its adds
+// overlapping them. (docs/PERF.md, eleventh session.)
+inline constexpr BwdKernel kBwdKernels64[] = {{128, {}}, {64, {.dq = BwdDq::Alternate}}};
 inline constexpr BwdKernel kBwdKernels128[] = {{64, {}}};
 inline constexpr BwdKernel kBwdKernels256[] = {{64, {.dq = BwdDq::Overlap}}};
 
@@ -33,11 +39,18 @@ constexpr BwdKernelList bwd_kernels_of(int head_dim) {
   return head_dim == 64 ? of(kBwdKernels64) : head_dim == 128 ? of(kBwdKernels128) : head_dim == 256 ? of(kBwdKernels256) : BwdKernelList{};
 }
 
-// Whether a kernel of this head dim, block_m and variant is built.
-constexpr bool bwd_kernel_built(int head_dim, int block_m, const BwdVariant& variant) {
+// Whether a kernel of this head dim, block_m and variant is built for the score path.
+constexpr bool bwd_kernel_built(int head_dim, int block_m, const BwdVariant& variant, bool general_score) {
   for (const BwdKernel& k : bwd_kernels_of(head_dim))
-    if (k.block_m == block_m && k.variant == variant) return true;
+    if (k.block_m == block_m && k.variant == variant) return k.takes(general_score);
   return false;
+}
+
+// The first kernel of the head dim built for the score path (bwd_plan's choice); null if none.
+constexpr const BwdKernel* bwd_first_kernel(int head_dim, bool general_score) {
+  for (const BwdKernel& k : bwd_kernels_of(head_dim))
+    if (k.takes(general_score)) return &k;
+  return nullptr;
 }
 
 }  // namespace flashattn::fa3

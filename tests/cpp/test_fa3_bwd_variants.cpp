@@ -33,9 +33,10 @@ TEST(Fa3BwdVariants, EveryBuiltKernelHasANameThatParsesBack) {
     const auto parsed = fa3::parse_bwd_kernel(name, &why);
     ASSERT_TRUE(parsed.has_value()) << name << ": " << why;
     EXPECT_TRUE(*parsed == kernel) << name;
-    EXPECT_TRUE(fa3::bwd_kernel_built(head_dim, parsed->block_m, parsed->variant)) << name << " at d" << head_dim;
+    EXPECT_TRUE(fa3::bwd_kernel_built(head_dim, parsed->block_m, parsed->variant, false)) << name << " at d" << head_dim;
   }
   EXPECT_EQ(fa3::bwd_kernel_name(fa3::BwdKernel{}), "default");
+  EXPECT_EQ(fa3::bwd_kernel_name(fa3::BwdKernel{128, {}}), "default@128");
 }
 
 TEST(Fa3BwdVariants, UnknownNamesAreRefused) {
@@ -44,19 +45,34 @@ TEST(Fa3BwdVariants, UnknownNamesAreRefused) {
     EXPECT_FALSE(fa3::parse_bwd_kernel(bad, &why).has_value()) << "'" << bad << "'";
     EXPECT_NE(why.find("unknown FA3 backward variant"), std::string::npos) << "'" << bad << "': " << why;
   }
+  for (const char* bad : {"default@64", "default@256", "default@", "dq-alternate@128x"}) {
+    std::string why;
+    EXPECT_FALSE(fa3::parse_bwd_kernel(bad, &why).has_value()) << "'" << bad << "'";
+    EXPECT_NE(why.find("unknown FA3 backward rows per step"), std::string::npos) << "'" << bad << "': " << why;
+  }
+  std::string why;
+  EXPECT_FALSE(fa3::parse_bwd_kernel("dq@128", &why).has_value());
+  EXPECT_NE(why.find("unknown FA3 backward variant"), std::string::npos) << why;
 }
 
-// One kernel per head dim: d64's alternate dQ, d128's own, d256's overlapped dQ.
-TEST(Fa3BwdVariants, OneKernelPerHeadDim) {
+// d64: 128-row steps for plain scores, the alternate dQ at 64 rows for softcap and ALiBi (and
+// forced); d128 its own; d256 the overlapped dQ.
+TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
   using fa3::BwdDq;
-  for (int d : {64, 128, 256}) {
-    EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {}), d == 128) << d;
-    EXPECT_FALSE(fa3::bwd_kernel_built(d, 128, {})) << d;  // 128-row steps spill (docs/PERF.md)
-    EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Alternate}), d == 64) << d;
-    EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Overlap}), d == 256) << d;
-    EXPECT_EQ(std::distance(fa3::bwd_kernels_of(d).begin(), fa3::bwd_kernels_of(d).end()), 1) << d;
+  for (bool general : {false, true}) {
+    for (int d : {64, 128, 256}) {
+      EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {}, general), d == 128) << d;
+      EXPECT_EQ(fa3::bwd_kernel_built(d, 128, {}, general), d == 64 && !general) << d;  // 128 rows: plain scores only
+      EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Alternate}, general), d == 64) << d;
+      EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Overlap}, general), d == 256) << d;
+      const fa3::BwdKernel* first = fa3::bwd_first_kernel(d, general);
+      ASSERT_NE(first, nullptr) << d;
+      EXPECT_EQ(first->block_m, d == 64 && !general ? 128 : 64) << d;
+    }
+    EXPECT_FALSE(fa3::bwd_kernel_built(96, 64, {}, general));
+    EXPECT_EQ(fa3::bwd_first_kernel(96, general), nullptr);
   }
-  EXPECT_FALSE(fa3::bwd_kernel_built(96, 64, {}));
+  EXPECT_EQ(std::distance(fa3::bwd_kernels_of(64).begin(), fa3::bwd_kernels_of(64).end()), 2);
   EXPECT_EQ(fa3::bwd_kernels_of(96).begin(), fa3::bwd_kernels_of(96).end());
 }
 
@@ -77,7 +93,8 @@ TEST(Fa3BwdVariants, ForcedEntryValidatesAndNeedsCudaTensors) {
 }
 
 #if defined(FLASHATTN_WITH_CUDA)
-// bwd_plan takes the head dim's kernel (64-row steps), for every head dim and feature.
+// bwd_plan takes the head dim's first kernel for the call's score path, for every head dim and
+// feature (d64 with plain scores: 128-row steps).
 TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
   int covered = 0;
   for (const AttentionCase& c : feature_sweep()) {
@@ -89,9 +106,9 @@ TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
     ASSERT_TRUE(api::make_bwd_problem(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3), &problem).ok()) << c.name();
     if (!fa3::check_bwd(problem).ok()) continue;
     const fa3::BwdPlan plan = fa3::bwd_plan(problem);
-    EXPECT_EQ(plan.block_m, 64) << c.name();
-    EXPECT_TRUE(plan.variant == fa3::bwd_kernels_of(plan.head_dim).begin()->variant) << c.name();
-    EXPECT_TRUE(fa3::bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant)) << c.name();
+    EXPECT_EQ(plan.block_m, plan.head_dim == 64 && !plan.general_score ? 128 : 64) << c.name();
+    EXPECT_TRUE(plan.variant == fa3::bwd_first_kernel(plan.head_dim, plan.general_score)->variant) << c.name();
+    EXPECT_TRUE(fa3::bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant, plan.general_score)) << c.name();
     // Sections of section_mb order the deterministic mode's CTAs (docs/PERF.md, 2026-12-04);
     // sections of a wave the other calls under a limit on the right only (2026-12-06).
     const bool right_only = problem.fwd.mask.window_right >= 0 && problem.fwd.mask.window_left < 0;

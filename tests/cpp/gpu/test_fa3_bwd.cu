@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -251,6 +252,58 @@ TEST(Fa3BackwardSections, EitherOrderMatchesReferenceInBothModes) {
   }
 }
 
+// Every built kernel that bwd_plan does not pick for a call (bwd_variants.h: the d64 alternate
+// dQ with plain scores), forced over the sweep and the grid in both modes, then 50-run
+// determinism and a 100-run race check: a kernel a plan can name is tested as the plan's are.
+bool is_plans_kernel(int head_dim, bool general, const fa3::BwdKernel* k) { return k == fa3::bwd_first_kernel(head_dim, general); }
+
+std::vector<std::pair<AttentionCase, fa3::BwdKernel>> fa3_bwd_other_kernel_cases() {
+  std::vector<std::pair<AttentionCase, fa3::BwdKernel>> cases;
+  std::vector<AttentionCase> all = fa3_bwd_sweep();
+  for (const AttentionCase& c : fa3_bwd_grid()) all.push_back(c);
+  for (const AttentionCase& c : all) {
+    const int widest = std::max(c.head_dim, c.dv());
+    const int d = widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
+    const bool general = c.softcap != 0.f || c.alibi != 0;
+    for (const fa3::BwdKernel& k : fa3::bwd_kernels_of(d))
+      if (k.takes(general) && !is_plans_kernel(d, general, &k)) cases.push_back({c, k});
+  }
+  return cases;
+}
+
+gpu_test::DeviceBwd forced_kernel(const fa3::BwdKernel& kernel) {
+  return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, {.kernel = kernel}); };
+}
+
+TEST(Fa3BackwardOtherKernels, MatchReferenceInBothModes) {
+  SKIP_WITHOUT_SM90();
+  const auto cases = fa3_bwd_other_kernel_cases();
+  for (const auto& [c, kernel] : cases) {
+    SCOPED_TRACE(c.name() + " block_m " + std::to_string(kernel.block_m) + " " + fa3::bwd_kernel_name(kernel));
+    for (bool deterministic : {false, true}) expect_fa3_backward_matches(c, deterministic, forced_kernel(kernel));
+  }
+  std::printf("other kernels: %zu cases\n", cases.size());
+}
+
+TEST(Fa3BackwardOtherKernels, DeterministicAndRaceFree) {
+  SKIP_WITHOUT_SM90();
+  for (int d : {64, 128, 256}) {
+    const fa3::BwdKernelList kernels = fa3::bwd_kernels_of(d);
+    for (const fa3::BwdKernel* k = kernels.begin(); k != kernels.end(); ++k) {
+      if (is_plans_kernel(d, false, k)) continue;
+      for (bool causal : {false, true}) {
+        AttentionCase c = two_sequences(700, 900, 8, 2, d);
+        c.causal = causal;
+        SCOPED_TRACE(c.name() + " block_m " + std::to_string(k->block_m) + " " + fa3::bwd_kernel_name(*k));
+        expect_backward_runs_bitwise_equal(c, Backend::Fa3, /*deterministic=*/true, 50, forced_kernel(*k));
+        AttentionCase r = two_sequences(2000, 2100, 8, 4, d);
+        r.causal = causal;
+        expect_backward_runs_agree(r, Backend::Fa3, 100, forced_kernel(*k));
+      }
+    }
+  }
+}
+
 TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
   SKIP_WITHOUT_SM90();
   AttentionCase c = two_sequences(100, 130, 2, 2, 128);  // dq-alternate is d64 only
@@ -261,6 +314,16 @@ TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
                                                  forced_call("dq-alternate"));
   EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
   EXPECT_EQ(st.argument(), "plan") << st.message();
+  // 128-row steps take plain scores only: with a softcap the d64 call refuses them.
+  AttentionCase capped = two_sequences(100, 130, 2, 2, 64);
+  capped.softcap = 5.f;
+  AttentionRun capped_run(capped);
+  capped_run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
+  HostTensor cq(capped.dtype, capped_run.q.shape()), ck(capped.dtype, capped_run.k.shape()), cv(capped.dtype, capped_run.v.shape());
+  const Status capped_st = gpu_test::bwd_on_device_via(capped_run.bwd_params(cq.view(), ck.view(), cv.view(), Backend::Fa3),
+                                                        forced_call("default@128"));
+  EXPECT_EQ(capped_st.code(), ErrorCode::Unsupported) << capped_st.message();
+  EXPECT_NE(capped_st.message().find("softcap or ALiBi"), std::string::npos) << capped_st.message();
 }
 
 TEST(Fa3BackwardErrors, UncoveredCallsAreUnsupported) {
