@@ -44,8 +44,9 @@ struct BwdConfig {
   static constexpr bool kTallSteps = kBlockM == 128;
   static_assert(!kTallSteps || (kHeadDim == 64 && !kGeneralScore_), "128-row steps: d64, plain scores");
   // setmaxnreg split of the 64K registers: the launch's 168 per thread (64512), so 24 + 2 x 240
-  // at most (a larger increase never returns). 128-row steps take 240 (docs/PERF.md, twentieth
-  // session: +3 % over 232); the 64-row kernels keep slack (24 + 2 x 240 measured no faster).
+  // at most (a larger increase never returns). 128-row steps take 240 (40 + 2 x 232 measured the
+  // same; docs/PERF.md, twentieth session); the 64-row kernels keep slack (24 + 2 x 240 measured
+  // no faster).
   static constexpr int kConsumerRegisters = kTallSteps ? 240 : 232;
   static constexpr int kProducerRegisters = kTallSteps ? 24 : 32;
   static constexpr int kColumnBlocks = kHeadDim / 64;
