@@ -157,11 +157,11 @@ __device__ __forceinline__ void bwd_order_dq_wide(const BwdArgs& args, const Bwd
   }
 }
 
-// Writer warp c's whole part (c = warp - 1 of the producer warpgroup).
+// Writer warp c's whole part (c = warp - 1 of the producer warpgroup), for a block with steps
+// (bwd_kernel).
 template <typename Config>
 __device__ __forceinline__ void bwd_write_dq(const BwdArgs& args, const BwdBlock& blk, uint32_t dq_stage_addr, int c) {
   static_assert(Config::kConsumers == 2, "the barrier ids above");
-  if (blk.steps() == 0) return;
   if constexpr (Config::kWide) {  // the consumers add dQ themselves
     if (args.deterministic) bwd_order_dq_wide<Config>(args, blk, c);
   } else {
