@@ -230,9 +230,8 @@ fa3::BwdKernel kernel_named(const std::string& spec) {
   return *kernel;
 }
 
-// The backward through api::bwd_fa3_forced with the named kernel (on device tensors).
-gpu_test::DeviceBwd forced_call(const std::string& spec) {
-  const fa3::BwdKernel kernel = kernel_named(spec);
+// The backward through api::bwd_fa3_forced with the kernel (on device tensors).
+gpu_test::DeviceBwd forced_kernel(const fa3::BwdKernel& kernel) {
   return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, {.kernel = kernel}); };
 }
 
@@ -271,10 +270,6 @@ std::vector<std::pair<AttentionCase, fa3::BwdKernel>> fa3_bwd_other_kernel_cases
   return cases;
 }
 
-gpu_test::DeviceBwd forced_kernel(const fa3::BwdKernel& kernel) {
-  return [kernel](const BwdParams& d) { return api::bwd_fa3_forced(d, {.kernel = kernel}); };
-}
-
 TEST(Fa3BackwardOtherKernels, MatchReferenceInBothModes) {
   SKIP_WITHOUT_SM90();
   const auto cases = fa3_bwd_other_kernel_cases();
@@ -304,24 +299,24 @@ TEST(Fa3BackwardOtherKernels, DeterministicAndRaceFree) {
   }
 }
 
-TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
-  SKIP_WITHOUT_SM90();
-  AttentionCase c = two_sequences(100, 130, 2, 2, 128);  // dq-alternate is d64 only
+// The status of a backward of `c` through the named kernel (its forward on the FA3 path first).
+Status forced_backward_status(const AttentionCase& c, const std::string& spec) {
   AttentionRun run(c);
   run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
   HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
-  const Status st = gpu_test::bwd_on_device_via(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3),
-                                                 forced_call("dq-alternate"));
+  return gpu_test::bwd_on_device_via(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3),
+                                     forced_kernel(kernel_named(spec)));
+}
+
+TEST(Fa3BackwardVariantRefusal, UnbuiltVariantIsUnsupported) {
+  SKIP_WITHOUT_SM90();
+  const Status st = forced_backward_status(two_sequences(100, 130, 2, 2, 128), "dq-alternate");  // d64 only
   EXPECT_EQ(st.code(), ErrorCode::Unsupported) << st.message();
   EXPECT_EQ(st.argument(), "plan") << st.message();
   // 128-row steps take plain scores only: with a softcap the d64 call refuses them.
   AttentionCase capped = two_sequences(100, 130, 2, 2, 64);
   capped.softcap = 5.f;
-  AttentionRun capped_run(capped);
-  capped_run.check_fwd(Backend::Fa3, gpu_test::fwd_on_device);
-  HostTensor cq(capped.dtype, capped_run.q.shape()), ck(capped.dtype, capped_run.k.shape()), cv(capped.dtype, capped_run.v.shape());
-  const Status capped_st = gpu_test::bwd_on_device_via(capped_run.bwd_params(cq.view(), ck.view(), cv.view(), Backend::Fa3),
-                                                        forced_call("default@128"));
+  const Status capped_st = forced_backward_status(capped, "default@128");
   EXPECT_EQ(capped_st.code(), ErrorCode::Unsupported) << capped_st.message();
   EXPECT_NE(capped_st.message().find("softcap or ALiBi"), std::string::npos) << capped_st.message();
 }
