@@ -139,6 +139,7 @@ class CudaRunner final : public Runner {
       if (const auto it = values.find("section_mb"); it != values.end()) change.section_mb = it->second;
       if (const auto it = values.find("section_wave"); it != values.end()) change.section_per_wave = it->second != 0;
       if (const auto it = values.find("tma_store"); it != values.end()) change.tma_store_dkv = it->second != 0;
+      if (const auto it = values.find("row_stagger"); it != values.end()) change.row_stagger = it->second;
       if (!(st = api::bwd_fa3_forced(bp, change)).ok()) return skipped_plan(st);
       call = [&bp, change] { return api::bwd_fa3_forced(bp, change); };
     }

@@ -37,7 +37,7 @@ const std::vector<std::string>& plan_flag_keys(PlanFamily family) {
                                                       "pack_gqa_queries"};
   static const std::vector<std::string> fa2_bwd{"block_m", "key_tiles", "stages", "dq_bulk"};
   static const std::vector<std::string> fa3_fwd{"block_n", "consumers", "pingpong", "tma_store", "section_mb"};
-  static const std::vector<std::string> fa3_bwd{"section_mb", "section_wave", "tma_store"};
+  static const std::vector<std::string> fa3_bwd{"section_mb", "section_wave", "tma_store", "row_stagger"};
   switch (family) {
     case PlanFamily::Fa2Fwd: return fa2_fwd;
     case PlanFamily::Fa2Bwd: return fa2_bwd;

@@ -15,6 +15,7 @@ struct Fa3BwdOverride {
   std::optional<int> section_mb;         // fa3::BwdPlan::section_mb (set: section_per_wave off)
   std::optional<bool> section_per_wave;  // fa3::BwdPlan::section_per_wave
   std::optional<bool> tma_store_dkv;     // fa3::BwdPlan::tma_store_dkv
+  std::optional<int> row_stagger;        // fa3::BwdPlan::row_stagger
 };
 
 // bwd(params) on the FA3 path (params.backend is not consulted) with bwd_plan's choice for the

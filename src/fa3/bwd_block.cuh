@@ -21,9 +21,12 @@ struct BwdBlock {
   int stored_k;      // key rows stored for it (>= sk); dK and dV rows key0 .. stored_k - 1 are written
   int keys_used;     // keys of the block below sk: the rest are masked, their gradients 0
   int m_begin, m_end;  // row blocks [m_begin, m_end) with a row that sees a key of the block
+  int m_first;         // the row block each query head's walk starts at (BwdPlan::row_stagger)
   int heads_per_group;
   FA_HD bool exists() const { return key0 < stored_k; }
   FA_HD int steps() const { return (m_end - m_begin) * heads_per_group; }
+  // The row block walked after m: the walk runs m_first .. m_end - 1, then m_begin .. m_first - 1.
+  FA_HD int next_row_block(int m) const { return m + 1 < m_end ? m + 1 : m_begin; }
 };
 
 // Which (sequence, kv head) group and which of its key blocks a CTA takes.
@@ -54,9 +57,10 @@ __device__ __forceinline__ BwdCoords bwd_coords(int section_shift, const FastDiv
 
 // The CTA's work from its coordinates. Row blocks stop at the workspaces' rows (rows_padded, from
 // max_seqlen_q): a device cu_seqlens longer than the max_seqlen_q the caller promised then cannot
-// reach past them.
+// reach past them. The walk of key block n starts (n mod 2^stagger_shift) / 2^stagger_shift of the
+// way along its row blocks.
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows_padded, const BwdCoords& c) {
+__device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows_padded, const BwdCoords& c, int stagger_shift) {
   BwdBlock blk;
   blk.b = c.b;
   blk.hk = c.hk;
@@ -77,17 +81,23 @@ __device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows
       if (blk.m_begin > blk.m_end) blk.m_begin = blk.m_end;
     }
   }
+  blk.m_first = blk.m_begin + (((blk.n & ((1 << stagger_shift) - 1)) * (blk.m_end - blk.m_begin)) >> stagger_shift);
   return blk;
 }
 
-// f(step, g, h, m) for every step of the block in order: query head h (= g of the kv head's GQA
-// group, outer), row block m (inner).
+// f(step, g, h, m) for every step of a block with steps, in order: query head h (= g of the kv
+// head's GQA group, outer), row block m (inner, from m_first round to the one before it).
 template <typename F>
 __device__ __forceinline__ void bwd_for_each_step(const BwdBlock& blk, F&& f) {
   uint32_t step = 0;
   for (int g = 0; g < blk.heads_per_group; ++g) {
     const int h = blk.hk * blk.heads_per_group + g;
-    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) f(step, g, h, m);
+    int m = blk.m_first;
+    do {  // a block with steps walks each query head's row blocks round once
+      f(step, g, h, m);
+      ++step;
+      m = blk.next_row_block(m);
+    } while (m != blk.m_first);
   }
 }
 

@@ -120,6 +120,8 @@ struct BwdArgs {
   // bwd_block): 0 runs the groups one after another. heads_k_divmod splits a group's index.
   int section_shift = 0;
   FastDivmod heads_k_divmod{};
+  // log2 of BwdPlan::row_stagger (bwd_block).
+  int row_stagger_shift = 0;
 };
 
 }  // namespace flashattn::fa3

@@ -56,8 +56,9 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
 #pragma unroll 1
   for (int g = 0; g < blk.heads_per_group; ++g) {
     const int h = blk.hk * blk.heads_per_group + g;
+    int m = blk.m_first;
 #pragma unroll 1
-    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) {
+    do {  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1
       const State st = State::at(uint32_t(step));
       const int row0 = m * kBlockM;
       const uint32_t q_tile = sm.addr(Config::kOffsetQ + st.stage * Config::kQBytes);
@@ -138,7 +139,9 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
       sm90::fence_accumulators(dk);
       sm90::fence_fragments(ds_frag);
       sm.q_ring()->consumer_release(st);
-    }
+      ++step;
+      m = blk.next_row_block(m);
+    } while (m != blk.m_first);
   }
 }
 

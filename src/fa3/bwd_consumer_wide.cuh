@@ -76,8 +76,9 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
 #pragma unroll 1
   for (int g = 0; g < blk.heads_per_group; ++g) {
     const int h = blk.hk * blk.heads_per_group + g;
+    int m = blk.m_first;
 #pragma unroll 1
-    for (int m = blk.m_begin; m < blk.m_end; ++m, ++step) {
+    do {  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1
       const State st = State::at(uint32_t(step));
       const int row0 = m * kBlockM, rows0 = row0 + c * kRows;  // the step's and this warpgroup's first row
       const uint32_t q_tile = sm.addr(Config::kOffsetQ + st.stage * Config::kQBytes);
@@ -162,7 +163,9 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
           bwd_add_dq_wide<Config>(args, blk, h, row0, col0, slice, dq);
         }
       }
-    }
+      ++step;
+      m = blk.next_row_block(m);
+    } while (m != blk.m_first);
   }
 }
 

@@ -36,24 +36,26 @@ inline constexpr uint32_t kBwdDqGoBarrier = 2, kBwdDqNextBarrier = 3, kBwdDqDone
 inline constexpr uint32_t kBwdDqOrderThreads = 256 + 32, kBwdDqNextThreads = 64;
 
 // The row block a step adds to, walked as bwd_for_each_step walks them (query head g of the GQA
-// group outer, row block m inner) without a division per step: m, and the row block's first
-// 64-row slab of the workspaces ((sequence x query heads + head) x rows_padded / 64 + m x
-// kSlabs: its dQ chunks' and its semaphore's index). A row block is kSlabs = kBlockM / 64 slabs.
+// group outer, row block m inner from m_first round) without a division per step: m, and the row
+// block's first 64-row slab of the workspaces ((sequence x query heads + head) x rows_padded / 64
+// + m x kSlabs: its dQ chunks' and its semaphore's index). A row block is kSlabs = kBlockM / 64
+// slabs.
 template <int kSlabs>
 struct BwdRowCursor {
   int64_t slab;
   int m;
   __device__ __forceinline__ BwdRowCursor(const BwdArgs& args, const BwdBlock& blk)
       : slab((int64_t(blk.b) * args.problem.fwd.heads_q + blk.hk * blk.heads_per_group) * (args.rows_padded / 64) +
-             int64_t(blk.m_begin) * kSlabs),
-        m(blk.m_begin) {}
-  // `steps` steps on.
+             int64_t(blk.m_first) * kSlabs),
+        m(blk.m_first) {}
+  // `steps` steps on. A query head's walk ends where it began: back at m_first, the next query
+  // head's rows start rows_padded / 64 slabs on.
   __device__ __forceinline__ void advance(const BwdArgs& args, const BwdBlock& blk, int steps) {
-    m += steps;
-    slab += int64_t(steps) * kSlabs;
-    while (m >= blk.m_end) {  // the next query head's first row blocks
-      m -= blk.m_end - blk.m_begin;
-      slab += args.rows_padded / 64 - int64_t(blk.m_end - blk.m_begin) * kSlabs;
+#pragma unroll 1
+    for (; steps > 0; --steps) {
+      const int next = blk.next_row_block(m);
+      slab += int64_t(next - m) * kSlabs + (next == blk.m_first ? args.rows_padded / 64 : 0);
+      m = next;
     }
   }
 };

@@ -30,8 +30,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
   // producer warpgroup's decrease would be spilled), from coordinates thread 0 leaves in shared
   // memory: the section order's arithmetic runs once.
   const BwdCoords coords = bwd_coords(args.section_shift, args.heads_k_divmod, args.descending);
-  auto block = [&] { return bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, sm.coords()); };
-  if (!bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, coords).exists())
+  auto block = [&] {
+    return bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, sm.coords(), args.row_stagger_shift);
+  };
+  if (!bwd_block<Config::kBlockM, Config::kBlockN>(args.problem.fwd, args.rows_padded, coords, args.row_stagger_shift).exists())
     return;  // past this (varlen) sequence's keys: every thread leaves
   if (threadIdx.x == 0) {
     sm.store_coords(coords);

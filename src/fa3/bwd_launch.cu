@@ -29,6 +29,9 @@ constexpr int64_t kRowAlign = 128;
 // The deterministic mode's sections (BwdPlan::section_mb).
 constexpr int kBwdDeterministicSectionMb = 16;
 
+// The most bytes of Q, dO and fp32 dQ rows per query head for which d256 staggers its row walks.
+constexpr int64_t kBwdStaggerHeadBytes = int64_t(8) << 20;
+
 // The head dim the backward runs a call at: 64, 128, or 256 (d192 padded: its 96-column halves
 // would split the 64-column blocks that the wide kernel's warpgroups take).
 int bwd_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
@@ -120,6 +123,27 @@ Status check_bwd(const BwdProblem& bp) {
   return {};
 }
 
+Status check_bwd_plan(const BwdPlan& plan, const BwdProblem& problem) {
+  const AttnProblem& p = problem.fwd;
+  if (plan.head_dim != bwd_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.general_score != p.score_modifiers())
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 bwd: the plan does not fit the call (head dim " + std::to_string(plan.head_dim) + " for " +
+                             std::to_string(std::max(p.head_dim, p.head_dim_v)) + ", general score " +
+                             (plan.general_score ? "on" : "off") + " for a call with it " + (p.score_modifiers() ? "on" : "off") + ")");
+  if (plan.section_mb < 0) return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: a negative section_mb");
+  if (plan.row_stagger < 1 || plan.row_stagger > (1 << 16) || (plan.row_stagger & (plan.row_stagger - 1)) != 0)
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 bwd: row_stagger must be a power of two from 1 to 65536, got " + std::to_string(plan.row_stagger));
+  if (problem.deterministic && plan.row_stagger != 1)
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 bwd: row_stagger must be 1 in deterministic mode (the adds of a row block wait in row block order)");
+  if (!bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant, plan.general_score))
+    return Status::error(ErrorCode::InvalidArgument, "plan",
+                         "fa3 bwd: no kernel of head dim " + std::to_string(plan.head_dim) + " with block_m " +
+                             std::to_string(plan.block_m) + " and the plan's variant is built for its score path (fa3/bwd_variants.h)");
+  return {};
+}
+
 BwdPlan bwd_plan(const BwdProblem& bp) {
   const AttnProblem& p = bp.fwd;
   BwdPlan plan;
@@ -138,6 +162,12 @@ BwdPlan bwd_plan(const BwdProblem& bp) {
   // shortest, so sections of a wave keep every group's long blocks early (docs/PERF.md,
   // 2026-12-06: up to +17 % with GQA, +1 to +3 % without).
   plan.section_per_wave = !bp.deterministic && p.mask.window_right >= 0 && p.mask.window_left < 0;
+  // d256 adds dQ from registers (red.global.add.v4): a group's CTAs started together add to the
+  // same rows, unless their walks start at four places (docs/PERF.md, 2026-12-06: +1 to +4 % from
+  // 1k to 4k keys; -1 % at 16k, where a query head's Q, dO and dQ rows no longer stay in L2 for
+  // the walks that read them at other times; no gain under a mask).
+  const int64_t head_bytes = p.lens.seqlen_q * (2 * (p.head_dim + p.head_dim_v) + 4 * int64_t(plan.head_dim));
+  if (plan.head_dim == 256 && !bp.deterministic && !p.mask.limits_keys() && head_bytes <= kBwdStaggerHeadBytes) plan.row_stagger = 4;
   return plan;
 }
 
@@ -148,16 +178,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   if (p.batch == 0 || p.heads_q == 0) return {};
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const BwdPlan plan = forced_plan != nullptr ? *forced_plan : bwd_plan(problem);
-  if (plan.head_dim != bwd_head_dim(std::max(p.head_dim, p.head_dim_v)) || plan.general_score != p.score_modifiers())
-    return Status::error(ErrorCode::InvalidArgument, "plan",
-                         "fa3 bwd: the plan does not fit the call (head dim " + std::to_string(plan.head_dim) + " for " +
-                             std::to_string(std::max(p.head_dim, p.head_dim_v)) + ", general score " +
-                             (plan.general_score ? "on" : "off") + " for a call with it " + (p.score_modifiers() ? "on" : "off") + ")");
-  if (plan.section_mb < 0) return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: a negative section_mb");
-  if (!bwd_kernel_built(plan.head_dim, plan.block_m, plan.variant, plan.general_score))
-    return Status::error(ErrorCode::InvalidArgument, "plan",
-                         "fa3 bwd: no kernel of head dim " + std::to_string(plan.head_dim) + " with block_m " +
-                             std::to_string(plan.block_m) + " and the plan's variant is built for its score path (fa3/bwd_variants.h)");
+  if (Status st = check_bwd_plan(plan, problem); !st.ok()) return st;
 
   BwdArgs args;
   args.problem = problem;
@@ -165,6 +186,7 @@ Status bwd(const BwdProblem& problem, void* stream_ptr, const BwdPlan* forced_pl
   args.problem.fwd.mask = clamp_windows(p.mask, bounds.q, bounds.k);
   args.score_factors = score_factors(p.score);
   args.deterministic = problem.deterministic;
+  while ((1 << args.row_stagger_shift) < plan.row_stagger) ++args.row_stagger_shift;
   // The deterministic order must only make a CTA wait for CTAs started before it (bwd_block.cuh).
   args.descending = problem.deterministic && p.mask.window_right >= 0;
   const int64_t rows = p.lens.seqlen_q > 0 ? p.lens.seqlen_q : 1;

@@ -45,6 +45,11 @@ Status check_bwd(const BwdProblem& problem);
 // The tile choice bwd makes for a call it covers.
 BwdPlan bwd_plan(const BwdProblem& problem);
 
+// Ok when `plan` can run a call that check_bwd covers (bwd's check of a forced plan): it fits the
+// call's head dim and score path, names a built kernel, and its section_mb and row_stagger are
+// valid (row_stagger 1 in deterministic mode); else InvalidArgument naming 'plan'.
+Status check_bwd_plan(const BwdPlan& plan, const BwdProblem& problem);
+
 // log2 of the (sequence, kv head) groups per section of the backward's CTA order for a plan's
 // section_mb (fa3/tile_order.h), with rows_padded workspace rows per query head and key_blocks
 // CTAs per group: the largest power of two of groups whose Q, dO and fp32 dQ rows fit in

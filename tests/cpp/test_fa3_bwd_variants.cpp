@@ -123,6 +123,60 @@ TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
   EXPECT_GT(covered, 20);
 }
 
+// A forced plan's row_stagger: a power of two from 1 to 65536, and 1 in deterministic mode.
+TEST(Fa3BwdVariants, RowStaggerIsAPowerOfTwoAndOffInDeterministicMode) {
+  AttentionCase c;
+  c.head_dim = c.head_dim_v = 128;
+  AttentionRun run(c);
+  run.check_fwd(Backend::Cpu);
+  HostTensor dq(c.dtype, run.q.shape()), dk(c.dtype, run.k.shape()), dv(c.dtype, run.v.shape());
+  BwdProblem problem;
+  ASSERT_TRUE(api::make_bwd_problem(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3), &problem).ok());
+  ASSERT_TRUE(fa3::check_bwd(problem).ok());
+  fa3::BwdPlan plan = fa3::bwd_plan(problem);
+  for (int stagger : {1, 2, 4, 64, 1 << 16}) {
+    plan.row_stagger = stagger;
+    EXPECT_TRUE(fa3::check_bwd_plan(plan, problem).ok()) << stagger;
+  }
+  for (int stagger : {0, -4, 3, 12, 1 << 17}) {
+    plan.row_stagger = stagger;
+    const Status st = fa3::check_bwd_plan(plan, problem);
+    EXPECT_EQ(st.code(), ErrorCode::InvalidArgument) << stagger;
+    EXPECT_EQ(st.argument(), "plan") << stagger;
+    EXPECT_NE(st.message().find("row_stagger must be a power of two"), std::string::npos) << st.message();
+  }
+  problem.deterministic = true;
+  plan = fa3::bwd_plan(problem);
+  EXPECT_EQ(plan.row_stagger, 1);
+  EXPECT_TRUE(fa3::check_bwd_plan(plan, problem).ok());
+  plan.row_stagger = 2;
+  const Status st = fa3::check_bwd_plan(plan, problem);
+  EXPECT_EQ(st.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(st.message().find("deterministic mode"), std::string::npos) << st.message();
+}
+
+// The plan staggers the row walks of d256 calls without a mask or the deterministic mode while a
+// query head's Q, dO and dQ rows take at most 8 MiB (4k rows), and nothing else.
+TEST(Fa3BwdVariants, PlanStaggersUnmaskedD256RowWalksUpTo4kRows) {
+  auto stagger_of = [](int d, int64_t rows, bool causal, bool deterministic) {
+    BwdProblem bp;
+    bp.fwd.batch = 2;
+    bp.fwd.heads_q = bp.fwd.heads_k = 8;
+    bp.fwd.head_dim = bp.fwd.head_dim_v = d;
+    bp.fwd.lens.seqlen_q = bp.fwd.lens.seqlen_k = rows;
+    if (causal) bp.fwd.mask.window_right = 0;
+    bp.deterministic = deterministic;
+    return fa3::bwd_plan(bp).row_stagger;
+  };
+  for (int64_t rows : {1, 1024, 2048, 4096}) EXPECT_EQ(stagger_of(256, rows, false, false), 4) << rows;
+  EXPECT_EQ(stagger_of(256, 4097, false, false), 1);
+  EXPECT_EQ(stagger_of(256, 16384, false, false), 1);
+  EXPECT_EQ(stagger_of(200, 4096, false, false), 4);  // d200 runs at 256, with its smaller rows
+  EXPECT_EQ(stagger_of(256, 2048, true, false), 1);
+  EXPECT_EQ(stagger_of(256, 2048, false, true), 1);
+  for (int d : {64, 128}) EXPECT_EQ(stagger_of(d, 2048, false, false), 1) << d;
+}
+
 // The sections' size: groups (sequence x kv head) whose Q, dO and fp32 dQ rows fit, a power of two
 // dividing the group count; none without section_mb or past 31-bit CTA positions.
 // A d128 backward problem of batch x heads_q / heads_k (all the section size reads) and its plan.

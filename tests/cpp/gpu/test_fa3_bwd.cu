@@ -299,6 +299,42 @@ TEST(Fa3BackwardOtherKernels, DeterministicAndRaceFree) {
   }
 }
 
+// Staggered row walks (BwdPlan::row_stagger): every built kernel over every other sweep case
+// (ragged, varlen, GQA groups, masks) matches the reference with the CTAs' walks starting at other
+// row blocks and wrapping round, and a 100-run race check agrees.
+TEST(Fa3BackwardRowStagger, StaggeredWalksMatchReference) {
+  SKIP_WITHOUT_SM90();
+  const std::vector<AttentionCase> sweep = fa3_bwd_sweep();
+  size_t runs = 0;
+  for (size_t i = 0; i < sweep.size(); i += 2) {
+    const AttentionCase& c = sweep[i];
+    const int widest = std::max(c.head_dim, c.dv());
+    const int d = widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
+    const bool general = c.softcap != 0.f || c.alibi != 0;
+    for (const fa3::BwdKernel& k : fa3::bwd_kernels_of(d)) {
+      if (!k.takes(general)) continue;
+      for (int stagger : {4, 16}) {
+        SCOPED_TRACE(c.name() + " " + fa3::bwd_kernel_name(k) + " row_stagger " + std::to_string(stagger));
+        expect_fa3_backward_matches(c, /*deterministic=*/false, [k, stagger](const BwdParams& dp) {
+          return api::bwd_fa3_forced(dp, {.kernel = k, .row_stagger = stagger});
+        });
+        ++runs;
+      }
+    }
+  }
+  for (int d : {64, 128, 256}) {
+    for (const fa3::BwdKernel& k : fa3::bwd_kernels_of(d)) {
+      AttentionCase r = two_sequences(2000, 2100, 8, 4, d);
+      r.causal = d == 128;
+      SCOPED_TRACE(r.name() + " " + fa3::bwd_kernel_name(k));
+      expect_backward_runs_agree(r, Backend::Fa3, 100, [k](const BwdParams& dp) {
+        return api::bwd_fa3_forced(dp, {.kernel = k, .row_stagger = 8});
+      });
+    }
+  }
+  std::printf("staggered walks: %zu runs\n", runs);
+}
+
 // The status of a backward of `c` through the named kernel (its forward on the FA3 path first).
 Status forced_backward_status(const AttentionCase& c, const std::string& spec) {
   AttentionRun run(c);
