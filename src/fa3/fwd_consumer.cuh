@@ -51,7 +51,12 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   uint64_t* q_full = sm.q_full;
   uint64_t* q_empty = sm.q_empty;
   auto tile_slot = [&](uint32_t n) { return sm.tile_slot(n); };
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so that ptxas knows the warpgroup, hence the tile addresses and wgmma
+  // descriptors, are uniform: it forms them on the uniform datapath (no R2UR per wgmma). The
+  // general score path keeps them per thread (made uniform, its kernels spill), and so does fp8
+  // (measured 1 to 3 % slower uniform at d128; docs/PERF.md).
+  const auto uniform = [](int x) { return Config::kGeneralScore || Config::kFp8 ? x : __shfl_sync(0xffffffffu, x, 0); };
+  const int warpgroup = uniform(int(threadIdx.x / 128));
   const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
@@ -83,7 +88,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
 
   for (;;) {
     sm90::mbarrier_wait(q_full, done & 1u);
-    const int w = sm90::ld_shared_s32(tile_slot(done));
+    const int w = uniform(sm90::ld_shared_s32(tile_slot(done)));  // (and so the ring stages)
     if (w < 0) break;  // (the O stores' reads of shared memory are done: their global writes complete with the grid)
     const WorkTile wt = work_tile<kBlockM, kBlockN>(p, grid, w);
     const int b = wt.b, h = wt.h;
@@ -128,13 +133,11 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
           sm90::WgmmaE4m3<kBlockN>::ss(s, sm90::kmajor_descriptor_sw<kW>(q_step), sm90::kmajor_descriptor_sw<kW>(k_step), j > 0);
         }
       } else {
+        const sm90::SmemDescriptor q(sm90::kmajor_descriptor_at(q_base)), k(sm90::kmajor_descriptor_at(k_base));
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 16; ++j) {
-          const uint32_t q_step = q_base + (j / 4) * kBlockM * 128 + (j % 4) * 32;
-          const uint32_t k_step = k_base + (j / 4) * kBlockN * 128 + (j % 4) * 32;
-          sm90::Wgmma<Element, kBlockN>::template ss<0>(s, sm90::kmajor_descriptor_at(q_step), sm90::kmajor_descriptor_at(k_step),
-                                                        j > 0);
-        }
+        for (int j = 0; j < kHeadDim / 16; ++j)
+          sm90::Wgmma<Element, kBlockN>::template ss<0>(s, q.at((j / 4) * kBlockM * 128 + (j % 4) * 32),
+                                                        k.at((j / 4) * kBlockN * 128 + (j % 4) * 32), j > 0);
       }
       sm90::wgmma_commit();
     };
@@ -152,20 +155,17 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
           sm90::WgmmaE4m3<kHeadDimV>::rs(o, p_frag[kk],
                                          sm90::kmajor_descriptor_sw<128>(vt_base + (kk / 4) * kHeadDimV * 128 + (kk % 4) * 32), 1);
       } else {
-        const uint32_t v_base = sm90::opaque_u32(v_addr + stage * Config::kVBytes);
+        const sm90::SmemDescriptor v(sm90::mnmajor_descriptor_at(sm90::opaque_u32(v_addr + stage * Config::kVBytes), kBlockN * 128));
         sm90::wgmma_fence();
         if constexpr (Config::kPInSmem) {
-          const uint32_t p_base = sm90::opaque_u32(p_addr);
+          const sm90::SmemDescriptor pd(sm90::kmajor_descriptor_at(sm90::opaque_u32(p_addr)));
 #pragma unroll
           for (int kk = 0; kk < kBlockN / 16; ++kk)
-            sm90::Wgmma<Element, kHeadDimV>::template ss<1>(
-                o, sm90::kmajor_descriptor_at(p_base + (kk / 4) * 64 * 128 + (kk % 4) * 32),
-                sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+            sm90::Wgmma<Element, kHeadDimV>::template ss<1>(o, pd.at((kk / 4) * 64 * 128 + (kk % 4) * 32), v.at(kk * 2048), 1);
         } else {
 #pragma unroll
           for (int kk = 0; kk < kBlockN / 16; ++kk)
-            sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk],
-                                                            sm90::mnmajor_descriptor_at(v_base + kk * 2048, kBlockN * 128), 1);
+            sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], v.at(kk * 2048), 1);
         }
       }
       sm90::wgmma_commit();

@@ -38,6 +38,19 @@ __device__ __forceinline__ uint64_t mnmajor_descriptor(const void* smem, uint32_
   return mnmajor_descriptor_at(smem_u32(smem), column_block_bytes);
 }
 
+// A descriptor in its two words. The high word (stride byte offset, swizzle mode) is a constant of
+// the layout; the low word (start >> 4, leading byte offset) is the only part a k step moves.
+// Shared addresses stay below 2^18, so a step's byte offset adds offset >> 4 to the start field
+// without a carry into the leading offset: one integer add per step instead of re-forming the
+// whole descriptor from the step's address.
+struct SmemDescriptor {
+  uint32_t lo, hi;
+  __device__ __forceinline__ explicit SmemDescriptor(uint64_t bits) : lo(uint32_t(bits)), hi(uint32_t(bits >> 32)) {}
+  __device__ __forceinline__ SmemDescriptor(uint32_t lo_word, uint32_t hi_word) : lo(lo_word), hi(hi_word) {}
+  // The descriptor of the same layout `offset_bytes` (a multiple of 16) further on.
+  __device__ __forceinline__ uint64_t at(uint32_t offset_bytes) const { return (uint64_t(hi) << 32) | (lo + (offset_bytes >> 4)); }
+};
+
 // A copy of x the compiler cannot see through: computed where it is used, never hoisted out of a
 // loop and kept live across it (descriptor values hoisted that way cost the consumers registers).
 __device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {

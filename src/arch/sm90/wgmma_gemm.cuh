@@ -18,12 +18,12 @@ namespace flashattn::sm90 {
 
 template <typename Element, int kN, int kDepth, bool kFirst>
 __device__ __forceinline__ void wgmma_kk(float (&d)[kN / 2], uint32_t a_tile, int a_block_bytes, uint32_t b_tile, int b_block_bytes) {
-  const uint32_t a = opaque_u32(a_tile), b = opaque_u32(b_tile);
+  const SmemDescriptor a(kmajor_descriptor_at(opaque_u32(a_tile))), b(kmajor_descriptor_at(opaque_u32(b_tile)));
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < kDepth / 16; ++j) {
-    const uint64_t da = kmajor_descriptor_at(a + (j / 4) * a_block_bytes + (j % 4) * 32);
-    const uint64_t db = kmajor_descriptor_at(b + (j / 4) * b_block_bytes + (j % 4) * 32);
+    const uint64_t da = a.at((j / 4) * a_block_bytes + (j % 4) * 32);
+    const uint64_t db = b.at((j / 4) * b_block_bytes + (j % 4) * 32);
     if (kFirst && j == 0) Wgmma<Element, kN>::template ss_first<0>(d, da, db);
     else Wgmma<Element, kN>::template ss<0>(d, da, db, 1);
   }
@@ -35,11 +35,10 @@ __device__ __forceinline__ void wgmma_kk(float (&d)[kN / 2], uint32_t a_tile, in
 template <typename Element, int kN, int kDepth>
 __device__ __forceinline__ void wgmma_rk(float (&d)[kN / 2], const uint32_t (&a)[kDepth / 16][4], uint32_t b_tile, int b_block_bytes,
                                          int accumulate) {
-  const uint32_t b = opaque_u32(b_tile);
+  const SmemDescriptor b(mnmajor_descriptor_at(opaque_u32(b_tile), b_block_bytes));
   wgmma_fence();
 #pragma unroll
-  for (int j = 0; j < kDepth / 16; ++j)
-    Wgmma<Element, kN>::template rs<1>(d, a[j], mnmajor_descriptor_at(b + j * 2048, b_block_bytes), j > 0 ? 1 : accumulate);
+  for (int j = 0; j < kDepth / 16; ++j) Wgmma<Element, kN>::template rs<1>(d, a[j], b.at(j * 2048), j > 0 ? 1 : accumulate);
   wgmma_commit();
 }
 
@@ -47,23 +46,22 @@ __device__ __forceinline__ void wgmma_rk(float (&d)[kN / 2], const uint32_t (&a)
 template <typename Element, int kN, int kDepth>
 __device__ __forceinline__ void wgmma_km(float (&d)[kN / 2], uint32_t a_tile, int a_block_bytes, uint32_t b_tile, int b_block_bytes,
                                          int accumulate) {
-  const uint32_t a = opaque_u32(a_tile), b = opaque_u32(b_tile);
+  const SmemDescriptor a(kmajor_descriptor_at(opaque_u32(a_tile))), b(mnmajor_descriptor_at(opaque_u32(b_tile), b_block_bytes));
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < kDepth / 16; ++j)
-    Wgmma<Element, kN>::template ss<1>(d, kmajor_descriptor_at(a + (j / 4) * a_block_bytes + (j % 4) * 32),
-                                      mnmajor_descriptor_at(b + j * 2048, b_block_bytes), j > 0 ? 1 : accumulate);
+    Wgmma<Element, kN>::template ss<1>(d, a.at((j / 4) * a_block_bytes + (j % 4) * 32), b.at(j * 2048), j > 0 ? 1 : accumulate);
   wgmma_commit();
 }
 
 template <typename Element, int kN, int kDepth, bool kFirst>
 __device__ __forceinline__ void wgmma_mm(float (&d)[kN / 2], uint32_t a_tile, int a_block_bytes, uint32_t b_tile, int b_block_bytes) {
-  const uint32_t a = opaque_u32(a_tile), b = opaque_u32(b_tile);
+  const SmemDescriptor a(mnmajor_descriptor_at(opaque_u32(a_tile), a_block_bytes)), b(mnmajor_descriptor_at(opaque_u32(b_tile), b_block_bytes));
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < kDepth / 16; ++j) {
-    const uint64_t da = mnmajor_descriptor_at(a + j * 2048, a_block_bytes);
-    const uint64_t db = mnmajor_descriptor_at(b + j * 2048, b_block_bytes);
+    const uint64_t da = a.at(j * 2048);
+    const uint64_t db = b.at(j * 2048);
     if (kFirst && j == 0) Wgmma<Element, kN>::template ss_first<1, 1>(d, da, db);
     else Wgmma<Element, kN>::template ss<1, 1>(d, da, db, 1);
   }
