@@ -82,7 +82,7 @@ score-matrix memory and the max |difference| of the outputs.
                                groups; 0 = one group after another), section_wave=0|1 (without
                                section_mb: sections of a wave of CTAs; set by causal calls),
                                tma_store=0|1 (dK and dV by TMA stores), row_stagger=N (a power of
-                               two: key block n walks its row blocks from (n mod N) / N of the
+                               two up to 64: key block n walks its row blocks from (n mod N) / N of the
                                way along; 1 = from the first); e.g. section_mb=0
   --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
                                (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap,

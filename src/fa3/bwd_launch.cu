@@ -131,9 +131,11 @@ Status check_bwd_plan(const BwdPlan& plan, const BwdProblem& problem) {
                              std::to_string(std::max(p.head_dim, p.head_dim_v)) + ", general score " +
                              (plan.general_score ? "on" : "off") + " for a call with it " + (p.score_modifiers() ? "on" : "off") + ")");
   if (plan.section_mb < 0) return Status::error(ErrorCode::InvalidArgument, "plan", "fa3 bwd: a negative section_mb");
-  if (plan.row_stagger < 1 || plan.row_stagger > (1 << 16) || (plan.row_stagger & (plan.row_stagger - 1)) != 0)
+  // At most 64: bwd_block's (n mod row_stagger) x row blocks stays below 2^31 for every length
+  // check_bwd allows (row blocks < 2^25).
+  if (plan.row_stagger < 1 || plan.row_stagger > 64 || (plan.row_stagger & (plan.row_stagger - 1)) != 0)
     return Status::error(ErrorCode::InvalidArgument, "plan",
-                         "fa3 bwd: row_stagger must be a power of two from 1 to 65536, got " + std::to_string(plan.row_stagger));
+                         "fa3 bwd: row_stagger must be a power of two from 1 to 64, got " + std::to_string(plan.row_stagger));
   if (problem.deterministic && plan.row_stagger != 1)
     return Status::error(ErrorCode::InvalidArgument, "plan",
                          "fa3 bwd: row_stagger must be 1 in deterministic mode (the adds of a row block wait in row block order)");

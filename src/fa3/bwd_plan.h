@@ -39,7 +39,7 @@ struct BwdPlan {
   // dK and dV leave through shared memory with TMA stores (dense calls whose dk and dv the TMA can
   // address), else from registers.
   bool tma_store_dkv = true;
-  // A power of two: the CTA of key block n walks its row blocks from (n mod row_stagger) /
+  // A power of two up to 64: the CTA of key block n walks its row blocks from (n mod row_stagger) /
   // row_stagger of the way along, wrapping round, so that the CTAs of a group running together load
   // Q and dO from and add dQ to different row blocks rather than all to the same one. 1: every CTA
   // from its first row block, as the deterministic mode needs (its adds wait on the key blocks

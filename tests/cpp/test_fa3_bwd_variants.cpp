@@ -123,7 +123,7 @@ TEST(Fa3BwdVariants, PlanPicksTheHeadDimsKernel) {
   EXPECT_GT(covered, 20);
 }
 
-// A forced plan's row_stagger: a power of two from 1 to 65536, and 1 in deterministic mode.
+// A forced plan's row_stagger: a power of two from 1 to 64, and 1 in deterministic mode.
 TEST(Fa3BwdVariants, RowStaggerIsAPowerOfTwoAndOffInDeterministicMode) {
   AttentionCase c;
   c.head_dim = c.head_dim_v = 128;
@@ -134,11 +134,11 @@ TEST(Fa3BwdVariants, RowStaggerIsAPowerOfTwoAndOffInDeterministicMode) {
   ASSERT_TRUE(api::make_bwd_problem(run.bwd_params(dq.view(), dk.view(), dv.view(), Backend::Fa3), &problem).ok());
   ASSERT_TRUE(fa3::check_bwd(problem).ok());
   fa3::BwdPlan plan = fa3::bwd_plan(problem);
-  for (int stagger : {1, 2, 4, 64, 1 << 16}) {
+  for (int stagger : {1, 2, 4, 64}) {
     plan.row_stagger = stagger;
     EXPECT_TRUE(fa3::check_bwd_plan(plan, problem).ok()) << stagger;
   }
-  for (int stagger : {0, -4, 3, 12, 1 << 17}) {
+  for (int stagger : {0, -4, 3, 12, 128, 1 << 16}) {
     plan.row_stagger = stagger;
     const Status st = fa3::check_bwd_plan(plan, problem);
     EXPECT_EQ(st.code(), ErrorCode::InvalidArgument) << stagger;
