@@ -150,7 +150,7 @@ template <typename Config>
 __device__ __forceinline__ void bwd_consumer(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   constexpr int kHeadDim = Config::kHeadDim, kAccRegs = kHeadDim / 2;
   BwdThread th;
-  th.consumer = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) - 1;  // (uniform, as ptxas can see: see fwd_consumer)
+  th.consumer = sm90::warp_uniform(int(threadIdx.x / 128)) - 1;
   th.warp = int(threadIdx.x % 128) / 32;
   th.lane = int(threadIdx.x % 32);
   th.quad = th.lane % 4;

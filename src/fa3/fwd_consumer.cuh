@@ -51,11 +51,10 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   uint64_t* q_full = sm.q_full;
   uint64_t* q_empty = sm.q_empty;
   auto tile_slot = [&](uint32_t n) { return sm.tile_slot(n); };
-  // Broadcast from lane 0, so that ptxas knows the warpgroup, hence the tile addresses and wgmma
-  // descriptors, are uniform: it forms them on the uniform datapath (no R2UR per wgmma). The
-  // general score path keeps them per thread (made uniform, its kernels spill), and so does fp8
-  // (measured 1 to 3 % slower uniform at d128; docs/PERF.md).
-  const auto uniform = [](int x) { return Config::kGeneralScore || Config::kFp8 ? x : __shfl_sync(0xffffffffu, x, 0); };
+  // The warpgroup and the work tile as uniform values (sm90::warp_uniform), hence the tile
+  // addresses and wgmma descriptors. The general score path keeps them per thread (made uniform,
+  // its kernels spill), and so does fp8 (measured 1 to 3 % slower uniform at d128; docs/PERF.md).
+  const auto uniform = [](int x) { return Config::kGeneralScore || Config::kFp8 ? x : sm90::warp_uniform(x); };
   const int warpgroup = uniform(int(threadIdx.x / 128));
   const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;

@@ -97,9 +97,10 @@ __device__ __forceinline__ void mask_keys_past_end(float (&s)[kRegs], Accumulato
 // factor that rescales the running sum and O, and s replaced by exp2(s * scale_log2 - max +
 // kPShift) (unnormalised P, times 2^kPShift: fp8's P keeps its small weights in e4m3's normal
 // range). scale_log2 >= 0 (or NaN: every output NaN).
-// kRescaleSlack > 0: a row's max moves only when the tile's exceeds it by more than 2^kRescaleSlack
-// (FlashAttention-4's lazy rescale): P then stays below 2^(kPShift + kRescaleSlack), the running
-// sum and O carry the same stale max, and most tiles rescale by exactly 1 (the caller skips it).
+// kRescaleSlack > 0: a row's max moves only when the tile's exceeds it by more than kRescaleSlack
+// (exp2 units: a factor 2^kRescaleSlack; FlashAttention-4's lazy rescale): P then stays below
+// 2^(kPShift + kRescaleSlack), the running sum and O carry the same stale max, and most tiles
+// rescale by exactly 1 (the caller skips it).
 template <int kPShift = 0, int kRescaleSlack = 0, int kRegs>
 __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {

@@ -1,5 +1,5 @@
 // Warp-specialisation helpers (sm90a): register reallocation between warpgroups, named barriers,
-// and electing one thread of a warp.
+// electing one thread of a warp, and warp-uniform values.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,12 @@ __device__ __forceinline__ void named_barrier_arrive_of(int index) {
   else if (index == 1) named_barrier_arrive(kFirstId + 1, kThreads);
   else named_barrier_arrive(kFirstId + 2, kThreads);
 }
+
+// x as lane 0 of the warp holds it (every lane active): a value the warp shares (its warpgroup,
+// a tile read from shared memory) becomes one ptxas can see is uniform, so that what is formed
+// from it (addresses, wgmma descriptors) goes to the uniform datapath instead of per-thread
+// registers and R2UR.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 
 // True in exactly one lane of the (fully active) warp.
 __device__ __forceinline__ bool elect_one() {

@@ -46,7 +46,6 @@ __device__ __forceinline__ uint64_t mnmajor_descriptor(const void* smem, uint32_
 struct SmemDescriptor {
   uint32_t lo, hi;
   __device__ __forceinline__ explicit SmemDescriptor(uint64_t bits) : lo(uint32_t(bits)), hi(uint32_t(bits >> 32)) {}
-  __device__ __forceinline__ SmemDescriptor(uint32_t lo_word, uint32_t hi_word) : lo(lo_word), hi(hi_word) {}
   // The descriptor of the same layout `offset_bytes` (a multiple of 16) further on.
   __device__ __forceinline__ uint64_t at(uint32_t offset_bytes) const { return (uint64_t(hi) << 32) | (lo + (offset_bytes >> 4)); }
 };

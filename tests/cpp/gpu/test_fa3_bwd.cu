@@ -256,14 +256,23 @@ TEST(Fa3BackwardSections, EitherOrderMatchesReferenceInBothModes) {
 // determinism and a 100-run race check: a kernel a plan can name is tested as the plan's are.
 bool is_plans_kernel(int head_dim, bool general, const fa3::BwdKernel* k) { return k == fa3::bwd_first_kernel(head_dim, general); }
 
+// The kernels' head dim a case runs at (64, 128 or 256) and whether it takes the general score
+// path (softcap or ALiBi): which of bwd_variants.h's kernels can run it.
+struct KernelFamily {
+  int head_dim;
+  bool general;
+};
+KernelFamily kernel_family(const AttentionCase& c) {
+  const int widest = std::max(c.head_dim, c.dv());
+  return {widest <= 64 ? 64 : widest <= 128 ? 128 : 256, c.softcap != 0.f || c.alibi != 0};
+}
+
 std::vector<std::pair<AttentionCase, fa3::BwdKernel>> fa3_bwd_other_kernel_cases() {
   std::vector<std::pair<AttentionCase, fa3::BwdKernel>> cases;
   std::vector<AttentionCase> all = fa3_bwd_sweep();
   for (const AttentionCase& c : fa3_bwd_grid()) all.push_back(c);
   for (const AttentionCase& c : all) {
-    const int widest = std::max(c.head_dim, c.dv());
-    const int d = widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
-    const bool general = c.softcap != 0.f || c.alibi != 0;
+    const auto [d, general] = kernel_family(c);
     for (const fa3::BwdKernel& k : fa3::bwd_kernels_of(d))
       if (k.takes(general) && !is_plans_kernel(d, general, &k)) cases.push_back({c, k});
   }
@@ -308,9 +317,7 @@ TEST(Fa3BackwardRowStagger, StaggeredWalksMatchReference) {
   size_t runs = 0;
   for (size_t i = 0; i < sweep.size(); i += 2) {
     const AttentionCase& c = sweep[i];
-    const int widest = std::max(c.head_dim, c.dv());
-    const int d = widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
-    const bool general = c.softcap != 0.f || c.alibi != 0;
+    const auto [d, general] = kernel_family(c);
     for (const fa3::BwdKernel& k : fa3::bwd_kernels_of(d)) {
       if (!k.takes(general)) continue;
       for (int stagger : {4, 16}) {
