@@ -6,50 +6,59 @@
 
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
+#include "arch/sm90/stmatrix.cuh"
 #include "arch/sm90/tma.cuh"
 #include "arch/sm90/wgmma.cuh"
 
 namespace flashattn::sm90 {
 
 // Thread (warp, lane) of the warpgroup holds accumulator pair (4i + 2 half, + 1) of row
-// 16 warp + lane / 4 + 8 half, columns 8i + 2 (lane % 4) + {0, 1}: 16-byte chunk i % 8 of the
-// row's 128 bytes in column block i / 8, XORed with the row's low three bits (= lane / 4) by the
-// swizzle, so each store instruction hits 32 distinct banks. One base register: the row, the
-// swizzle's XOR term (lane / 4) * 16 and the lane's 4 bytes; chunk i % 8 is then one XOR with a
-// constant (bits 4-6 only), the column block and the row + 8 half constant offsets. `tile` is
-// 1024-byte aligned (the swizzle's period); column blocks are kBlockBytes apart (64 rows: 8192;
-// a taller tile whose rows these 64 are). Row half h is multiplied by scale[h] when kScaled.
-template <typename Element, int kColumns, bool kScaled, int kBlockBytes = 64 * 128>
-__device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const float* acc, const float (&scale)[2], int warp, int lane) {
-  const uint32_t base = opaque_u32(tile + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
-#pragma unroll
-  for (int i = 0; i < kColumns / 8; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint32_t addr = (base ^ uint32_t((i % 8) * 16)) + (i / 8) * kBlockBytes + half * 8 * 128;
-      const float x = acc[4 * i + 2 * half], y = acc[4 * i + 2 * half + 1];
-      const uint32_t packed = kScaled ? sm80::pack2<Element>(x * scale[half], y * scale[half]) : sm80::pack2<Element>(x, y);
-      st_shared_s32(addr, int(packed));
-    }
+// 16 warp + lane / 4 + 8 half, columns 8i + 2 (lane % 4) + {0, 1}: 16-byte chunk i of the row
+// (chunk i % 8 of column block i / 8), XORed with the row's low three bits by the swizzle. A
+// k16 group kk (chunks 2kk and 2kk + 1 of the warp's 16 rows) leaves in one stmatrix.x4:
+// matrix m holds rows 8 (m % 2) .. + 7 of chunk 2kk + m / 2, and lane l gives the address of row
+// l % 8 of matrix l / 8. One base register per lane (its row, and the swizzle's XOR term of its
+// row and its matrix's chunk parity); group kk is then one XOR with a constant (bits 4-6) and
+// constant offsets. `tile` is 1024-byte aligned (the swizzle's period); column blocks are
+// kBlockBytes apart (64 rows: 8192; a taller tile whose rows these 64 are).
+__device__ __forceinline__ uint32_t stmatrix_base_sw128(uint32_t tile, int warp, int lane) {
+  const int matrix = lane / 8, row = lane % 8;
+  return opaque_u32(tile + uint32_t(16 * warp + row + 8 * (matrix % 2)) * 128 + uint32_t((row ^ (matrix / 2)) * 16));
 }
 
+// Chunk pair c0, c0 + 1 (c0 even) of the lane's row: the XOR leaves bit 4 (the pair) alone.
+template <int kBlockBytes>
+__device__ __forceinline__ uint32_t stmatrix_at_sw128(uint32_t base, int c0) {
+  return (base ^ uint32_t((c0 % 8) * 16)) + uint32_t(c0 / 8) * kBlockBytes;
+}
+
+// Accumulators of a 64 x kColumns tile (kColumns a multiple of 16) to shared memory, packed to
+// Element; row half h multiplied by scale[h] when kScaled.
+template <typename Element, int kColumns, bool kScaled, int kBlockBytes = 64 * 128>
+__device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const float* acc, const float (&scale)[2], int warp, int lane) {
+  static_assert(kColumns % 16 == 0, "whole k16 groups");
+  const uint32_t base = stmatrix_base_sw128(tile, warp, lane);
+  auto packed = [&](int a, int half) {
+    return kScaled ? sm80::pack2<Element>(acc[a] * scale[half], acc[a + 1] * scale[half]) : sm80::pack2<Element>(acc[a], acc[a + 1]);
+  };
+#pragma unroll
+  for (int kk = 0; kk < kColumns / 16; ++kk)
+    stmatrix_x4(stmatrix_at_sw128<kBlockBytes>(base, 2 * kk), packed(8 * kk, 0), packed(8 * kk + 2, 1), packed(8 * kk + 4, 0),
+                packed(8 * kk + 6, 1));
+}
 
 // The same layout from accumulators already packed as wgmma A fragments (pack_fragments below):
 // fragment kk, register e holds accumulator pair (4i + 2 half, + 1) with i = 2kk + e / 2,
-// half = e % 2, so the tile is written without the fp32 values kept live.
-// first_chunk: the fragments' column 0 is 16-byte chunk first_chunk of the 64-column block (a
-// narrower tile written into part of a wider one: kColumns + 8 first_chunk <= 64).
+// half = e % 2 (stmatrix's matrix e), so the tile is written without the fp32 values kept live.
+// first_chunk (even): the fragments' column 0 is 16-byte chunk first_chunk of the 64-column
+// block (a narrower tile written into part of a wider one: kColumns + 8 first_chunk <= 64).
 template <int kColumns, int kBlockBytes = 64 * 128>
 __device__ __forceinline__ void store_fragments_sw128(uint32_t tile, const uint32_t (&frag)[kColumns / 16][4], int warp, int lane,
                                                       int first_chunk = 0) {
-  const uint32_t base = opaque_u32(tile + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
+  const uint32_t base = stmatrix_base_sw128(tile, warp, lane);
 #pragma unroll
   for (int kk = 0; kk < kColumns / 16; ++kk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = 2 * kk + e / 2, half = e % 2;
-      st_shared_s32((base ^ uint32_t(((i + first_chunk) % 8) * 16)) + (i / 8) * kBlockBytes + half * 8 * 128, int(frag[kk][e]));
-    }
+    stmatrix_x4(stmatrix_at_sw128<kBlockBytes>(base, 2 * kk + first_chunk), frag[kk][0], frag[kk][1], frag[kk][2], frag[kk][3]);
 }
 
 // Accumulators of an m64nN tile as the register A operand of a wgmma whose K dimension is the
