@@ -33,7 +33,7 @@ struct FwdConfig {
   static constexpr int kTransposeWarps = 0, kPShift = 0, kVtBytes = 0;
   static constexpr bool kOneSoftmaxCopy = false;  // masked and unmasked tiles in two copies (fwd_consumer.cuh)
   // The lazy O rescale's slack in exp2 units (fwd_softmax.cuh): P stays below 2^8.
-  static constexpr int kRescaleSlack = 8;
+  static constexpr float kRescaleSlack = 8.f;
   // Bytes and elements per row of a shared-memory column block (the swizzle span) of Q/K and V.
   static constexpr int kQKSwizzle = 128, kVSwizzle = 128, kQKBlockCols = 64, kVBlockCols = 64;
   // Not AttnProblem::plain_forward_scores() (softcap, ALiBi or scale <= 0): the logit stage runs per

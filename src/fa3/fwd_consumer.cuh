@@ -318,7 +318,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
           sm90::fence_accumulators(o);
         });
         release(&pipeline_v->empty[v_state.stage]);
-        rescale_rows<(Config::kRescaleSlack > 0)>(o, rescale);
+        rescale_rows<(Config::kRescaleSlack > 0.f)>(o, rescale);
         write_p();
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.

@@ -101,7 +101,7 @@ __device__ __forceinline__ void mask_keys_past_end(float (&s)[kRegs], Accumulato
 // (exp2 units: a factor 2^kRescaleSlack; FlashAttention-4's lazy rescale): P then stays below
 // 2^(kPShift + kRescaleSlack), the running sum and O carry the same stale max, and most tiles
 // rescale by exactly 1 (the caller skips it).
-template <int kPShift = 0, int kRescaleSlack = 0, int kRegs>
+template <int kPShift = 0, float kRescaleSlack = 0.f, int kRegs>
 __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_max)[2], float (&row_sum)[2], float scale_log2,
                                                float (&rescale)[2]) {
 #pragma unroll
@@ -116,8 +116,8 @@ __device__ __forceinline__ void softmax_update(float (&s)[kRegs], float (&row_ma
     const float tile_max_scaled = tile_max == -INFINITY ? -INFINITY : tile_max * scale_log2;
     float new_max = sm80::max_nan(row_max[r], tile_max_scaled);  // NaN in, NaN out (not a row that saw nothing)
     // (-inf + slack is -inf: a row's first visible tile always sets its max; NaN compares false.)
-    if constexpr (kRescaleSlack > 0)
-      if (new_max <= row_max[r] + float(kRescaleSlack)) new_max = row_max[r];
+    if constexpr (kRescaleSlack > 0.f)
+      if (new_max <= row_max[r] + kRescaleSlack) new_max = row_max[r];
     // A row with nothing visible yet keeps max -inf; subtracting 0 keeps its exponentials at 0.
     const float max_used = new_max == -INFINITY ? 0.f : new_max;
     rescale[r] = sm80::fast_exp2(row_max[r] - max_used);
