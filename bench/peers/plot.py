@@ -33,13 +33,16 @@ def main():
     cols = 2 * len(dims)
     fig, axes = plt.subplots(len(dirs), cols, figsize=(3.2 * cols, 3.0 * len(dirs)), squeeze=False)
     backends = sorted({r["backend"] for r in rows})
+    # One colour per backend in every panel (the default cycle restarts per panel, so a panel
+    # without one backend would shift the others' colours), and one legend for the figure.
+    colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
     for i, (direction, hd, causal) in enumerate(panels):
         ax = axes[i // cols][i % cols]
         for b in backends:
             pts = sorted((r.get("seqlen", r.get("seqlen_q")), r["tflops"]) for r in rows
                          if r["backend"] == b and r["direction"] == direction and r["head_dim"] == hd and int(r["causal"]) == causal)
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, color=colours[b],
                         lw=2.2 if b.startswith("ours") else 1.2, label=b)
         ax.set_xscale("log", base=2)
         ax.set_title(f"{direction} d{hd} {'causal' if causal else 'non-causal'}", fontsize=9)
@@ -47,10 +50,11 @@ def main():
         ax.set_ylabel("TFLOP/s", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    handles = [plt.Line2D([], [], color=colours[b], lw=2.2 if b.startswith("ours") else 1.2, marker="o", ms=3) for b in backends]
+    fig.legend(handles, backends, loc="lower center", ncol=len(backends), fontsize=8, frameon=False)
     if a.title:
         fig.suptitle(a.title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(a.out, dpi=110)
 
 
