@@ -14,13 +14,30 @@ namespace flashattn::sm90 {
 
 // Thread (warp, lane) of the warpgroup holds accumulator pair (4i + 2 half, + 1) of row
 // 16 warp + lane / 4 + 8 half, columns 8i + 2 (lane % 4) + {0, 1}: 16-byte chunk i of the row
-// (chunk i % 8 of column block i / 8), XORed with the row's low three bits by the swizzle. A
-// k16 group kk (chunks 2kk and 2kk + 1 of the warp's 16 rows) leaves in one stmatrix.x4:
-// matrix m holds rows 8 (m % 2) .. + 7 of chunk 2kk + m / 2, and lane l gives the address of row
-// l % 8 of matrix l / 8. One base register per lane (its row, and the swizzle's XOR term of its
-// row and its matrix's chunk parity); group kk is then one XOR with a constant (bits 4-6) and
-// constant offsets. `tile` is 1024-byte aligned (the swizzle's period); column blocks are
-// kBlockBytes apart (64 rows: 8192; a taller tile whose rows these 64 are).
+// (chunk i % 8 of column block i / 8), XORed with the row's low three bits by the swizzle.
+// `tile` is 1024-byte aligned (the swizzle's period); column blocks are kBlockBytes apart (64
+// rows: 8192; a taller tile whose rows these 64 are).
+//
+// Two ways to store that layout, each measured faster where it is used (docs/PERF.md):
+//  - Words: one 4-byte store per pair. One base register per lane (its row, the swizzle's XOR term
+//    (lane / 4) * 16 and the lane's 4 bytes); chunk i is one XOR with a constant (bits 4-6), the
+//    column block and the row half constant offsets. Each store hits 32 distinct banks.
+//  - Stmatrix: a k16 group kk (chunks 2kk and 2kk + 1 of the warp's 16 rows) in one stmatrix.x4:
+//    matrix m holds rows 8 (m % 2) .. + 7 of chunk 2kk + m / 2, and lane l gives the address of
+//    row l % 8 of matrix l / 8. One base register per lane (its row, and the swizzle's XOR term of
+//    its row and its matrix's chunk parity); group kk is one XOR with a constant and offsets.
+enum class SmemStores { Words, Stmatrix };
+
+__device__ __forceinline__ uint32_t words_base_sw128(uint32_t tile, int warp, int lane) {
+  return opaque_u32(tile + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
+}
+
+// Chunk i, row half `half` of the lane's row pair.
+template <int kBlockBytes>
+__device__ __forceinline__ uint32_t words_at_sw128(uint32_t base, int i, int half) {
+  return (base ^ uint32_t((i % 8) * 16)) + uint32_t(i / 8) * kBlockBytes + uint32_t(half * 8 * 128);
+}
+
 __device__ __forceinline__ uint32_t stmatrix_base_sw128(uint32_t tile, int warp, int lane) {
   const int matrix = lane / 8, row = lane % 8;
   return opaque_u32(tile + uint32_t(16 * warp + row + 8 * (matrix % 2)) * 128 + uint32_t((row ^ (matrix / 2)) * 16));
@@ -34,17 +51,25 @@ __device__ __forceinline__ uint32_t stmatrix_at_sw128(uint32_t base, int c0) {
 
 // Accumulators of a 64 x kColumns tile (kColumns a multiple of 16) to shared memory, packed to
 // Element; row half h multiplied by scale[h] when kScaled.
-template <typename Element, int kColumns, bool kScaled, int kBlockBytes = 64 * 128>
+template <typename Element, int kColumns, bool kScaled, int kBlockBytes = 64 * 128, SmemStores kStores = SmemStores::Words>
 __device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const float* acc, const float (&scale)[2], int warp, int lane) {
-  static_assert(kColumns % 16 == 0, "whole k16 groups");
-  const uint32_t base = stmatrix_base_sw128(tile, warp, lane);
   auto packed = [&](int a, int half) {
     return kScaled ? sm80::pack2<Element>(acc[a] * scale[half], acc[a + 1] * scale[half]) : sm80::pack2<Element>(acc[a], acc[a + 1]);
   };
+  if constexpr (kStores == SmemStores::Stmatrix) {
+    static_assert(kColumns % 16 == 0, "whole k16 groups");
+    const uint32_t base = stmatrix_base_sw128(tile, warp, lane);
 #pragma unroll
-  for (int kk = 0; kk < kColumns / 16; ++kk)
-    stmatrix_x4(stmatrix_at_sw128<kBlockBytes>(base, 2 * kk), packed(8 * kk, 0), packed(8 * kk + 2, 1), packed(8 * kk + 4, 0),
-                packed(8 * kk + 6, 1));
+    for (int kk = 0; kk < kColumns / 16; ++kk)
+      stmatrix_x4(stmatrix_at_sw128<kBlockBytes>(base, 2 * kk), packed(8 * kk, 0), packed(8 * kk + 2, 1), packed(8 * kk + 4, 0),
+                  packed(8 * kk + 6, 1));
+  } else {
+    const uint32_t base = words_base_sw128(tile, warp, lane);
+#pragma unroll
+    for (int i = 0; i < kColumns / 8; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) st_shared_s32(words_at_sw128<kBlockBytes>(base, i, half), int(packed(4 * i + 2 * half, half)));
+  }
 }
 
 // The same layout from accumulators already packed as wgmma A fragments (pack_fragments below):

@@ -431,16 +431,20 @@ TEST(Sm90Primitives, StmatrixStoresRowsWhereTheLanesPointed) {
 }
 
 // Accumulators of a warpgroup's 64 x 128 tile to shared memory in the 128-byte swizzle
-// (store_accumulators_sw128, row halves scaled), and 64 x 32 packed fragments into chunks 4..7 of
-// a 64-column block (store_fragments_sw128 with first_chunk 4): element (row, col) of column
-// block col / 64 at row * 128 + ((col % 64 / 8) ^ (row % 8)) * 16 + (col % 8) * 2.
+// (store_accumulators_sw128 in both forms, words and stmatrix, row halves scaled), and 64 x 32
+// packed fragments into chunks 4..7 of a 64-column block (store_fragments_sw128 with first_chunk
+// 4): element (row, col) of column block col / 64 at row * 128 + ((col % 64 / 8) ^ (row % 8)) * 16
+// + (col % 8) * 2.
 __host__ __device__ inline float stored_value(int row, int col) { return float((row * 3 + col * 7) % 256 - 128); }
 
-__global__ void accumulator_store_kernel(uint16_t* out_acc, uint16_t* out_frag) {
+constexpr int kAccTileBytes = 16384, kFragTileBytes = 8192, kStoreTestSmem = 2 * kAccTileBytes + kFragTileBytes;
+
+__global__ void accumulator_store_kernel(uint16_t* out_words, uint16_t* out_stmatrix, uint16_t* out_frag) {
 #if defined(FA_SM90A_DEVICE)
-  extern __shared__ __align__(1024) unsigned char tiles[];  // [0, 16384): 64 x 128; [16384, 24576): 64 x 64
+  // [0, 16384): 64 x 128 by words; [16384, 32768): the same by stmatrix; then 64 x 64 fragments
+  extern __shared__ __align__(1024) unsigned char tiles[];
   uint16_t* words = reinterpret_cast<uint16_t*>(tiles);
-  for (int i = threadIdx.x; i < 24576 / 2; i += 128) words[i] = 0xdeadu;
+  for (int i = threadIdx.x; i < kStoreTestSmem / 2; i += 128) words[i] = 0xdeadu;
   __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float acc[64];
@@ -449,30 +453,39 @@ __global__ void accumulator_store_kernel(uint16_t* out_acc, uint16_t* out_frag) 
       for (int e = 0; e < 2; ++e) acc[4 * i + 2 * half + e] = stored_value(16 * warp + lane / 4 + 8 * half, 8 * i + 2 * (lane % 4) + e);
   const float scale[2] = {2.f, 0.5f};
   const uint32_t base = sm90::smem_u32(tiles);
-  sm90::store_accumulators_sw128<__nv_bfloat16, 128, true>(base, acc, scale, warp, lane);
+  sm90::store_accumulators_sw128<__nv_bfloat16, 128, true, 64 * 128, sm90::SmemStores::Words>(base, acc, scale, warp, lane);
+  sm90::store_accumulators_sw128<__nv_bfloat16, 128, true, 64 * 128, sm90::SmemStores::Stmatrix>(base + kAccTileBytes, acc, scale, warp,
+                                                                                                lane);
   uint32_t frag[2][4];
   sm90::pack_fragments<__nv_bfloat16, 16>(frag, *reinterpret_cast<const float(*)[16]>(acc));
-  sm90::store_fragments_sw128<32>(base + 16384, frag, warp, lane, 4);
+  sm90::store_fragments_sw128<32>(base + 2 * kAccTileBytes, frag, warp, lane, 4);
   __syncthreads();
-  for (int i = threadIdx.x; i < 16384 / 2; i += 128) out_acc[i] = words[i];
-  for (int i = threadIdx.x; i < 8192 / 2; i += 128) out_frag[i] = words[8192 + i];
+  for (int i = threadIdx.x; i < kAccTileBytes / 2; i += 128) {
+    out_words[i] = words[i];
+    out_stmatrix[i] = words[kAccTileBytes / 2 + i];
+  }
+  for (int i = threadIdx.x; i < kFragTileBytes / 2; i += 128) out_frag[i] = words[kAccTileBytes + i];
 #endif
 }
 
 TEST(Sm90Primitives, AccumulatorStoresLandInTheSwizzledLayout) {
   SKIP_WITHOUT_SM90();
-  DeviceArray<uint16_t> out_acc(8192), out_frag(4096);
-  CUDA_CHECK(cudaFuncSetAttribute(accumulator_store_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 24576));
-  accumulator_store_kernel<<<1, 128, 24576>>>(out_acc.ptr, out_frag.ptr);
+  DeviceArray<uint16_t> out_words(kAccTileBytes / 2), out_stmatrix(kAccTileBytes / 2), out_frag(kFragTileBytes / 2);
+  CUDA_CHECK(cudaFuncSetAttribute(accumulator_store_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStoreTestSmem));
+  accumulator_store_kernel<<<1, 128, kStoreTestSmem>>>(out_words.ptr, out_stmatrix.ptr, out_frag.ptr);
   CUDA_CHECK_LAUNCH();
-  std::vector<uint16_t> acc(8192), frag(4096);
-  CUDA_CHECK(cudaMemcpy(acc.data(), out_acc.ptr, acc.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<uint16_t> by_words(kAccTileBytes / 2), by_stmatrix(kAccTileBytes / 2), frag(kFragTileBytes / 2);
+  CUDA_CHECK(cudaMemcpy(by_words.data(), out_words.ptr, by_words.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(by_stmatrix.data(), out_stmatrix.ptr, by_stmatrix.size() * 2, cudaMemcpyDeviceToHost));
   CUDA_CHECK(cudaMemcpy(frag.data(), out_frag.ptr, frag.size() * 2, cudaMemcpyDeviceToHost));
   auto at = [](int row, int col) { return (col / 64) * 4096 + row * 64 + (((col % 64) / 8) ^ (row % 8)) * 8 + col % 8; };
   auto bf16 = [](uint16_t bits) { return __bfloat162float(__nv_bfloat16_raw{bits}); };
   for (int row = 0; row < 64; ++row)
-    for (int col = 0; col < 128; ++col)
-      ASSERT_EQ(bf16(acc[size_t(at(row, col))]), stored_value(row, col) * ((row % 16) < 8 ? 2.f : 0.5f)) << row << "," << col;
+    for (int col = 0; col < 128; ++col) {
+      const float want = stored_value(row, col) * ((row % 16) < 8 ? 2.f : 0.5f);
+      ASSERT_EQ(bf16(by_words[size_t(at(row, col))]), want) << "words " << row << "," << col;
+      ASSERT_EQ(bf16(by_stmatrix[size_t(at(row, col))]), want) << "stmatrix " << row << "," << col;
+    }
   for (int row = 0; row < 64; ++row)
     for (int col = 0; col < 64; ++col) {
       const uint16_t got = frag[size_t(at(row, col))];
