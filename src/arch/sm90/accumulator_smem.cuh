@@ -49,7 +49,7 @@ __device__ __forceinline__ uint32_t stmatrix_at_sw128(uint32_t base, int c0) {
   return (base ^ uint32_t((c0 % 8) * 16)) + uint32_t(c0 / 8) * kBlockBytes;
 }
 
-// Accumulators of a 64 x kColumns tile (kColumns a multiple of 16) to shared memory, packed to
+// Accumulators of a 64 x kColumns tile (kColumns a multiple of 8; of 16 by stmatrix) to shared memory, packed to
 // Element; row half h multiplied by scale[h] when kScaled.
 template <typename Element, int kColumns, bool kScaled, int kBlockBytes = 64 * 128, SmemStores kStores = SmemStores::Words>
 __device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const float* acc, const float (&scale)[2], int warp, int lane) {
