@@ -70,7 +70,7 @@ __device__ __forceinline__ void bwd_store_dk_dv_tma(const BwdMaps& maps, const B
   using Element = typename Config::Element;
   constexpr int kTileBytes = Config::kBlockN * 128;  // one column block of the K or V tile
   constexpr int kOwnColumnBlocks = 2 * kRegs / 64;   // this warpgroup's share of the tiles
-  constexpr auto kStores = sm90::SmemStores::Stmatrix;  // the backward's stores measured faster so
+  constexpr auto kStores = sm90::SmemStores::Stmatrix;  // measured faster here (docs/PERF.md)
   const uint32_t at = uint32_t(row0 * 128 + (col0 / 64) * kTileBytes);
   const uint32_t dk_tile = sm.addr(0), dv_tile = sm.addr(Config::kOffsetV);
   // Every consumer warpgroup's last wgmma has read K and V.
@@ -78,7 +78,8 @@ __device__ __forceinline__ void bwd_store_dk_dv_tma(const BwdMaps& maps, const B
   if (any_step) {
     const float dk_scale = bwd_dk_scale<Config>(args);
     const float dk_scales[2] = {dk_scale, dk_scale}, dv_scales[2] = {1.f, 1.f};
-    sm90::store_accumulators_sw128<Element, 2 * kRegs, !Config::kGeneralScore, kTileBytes, kStores>(dk_tile + at, dk, dk_scales, th.warp, th.lane);
+    sm90::store_accumulators_sw128<Element, 2 * kRegs, !Config::kGeneralScore, kTileBytes, kStores>(dk_tile + at, dk, dk_scales, th.warp,
+                                                                                                    th.lane);
     sm90::store_accumulators_sw128<Element, 2 * kRegs, false, kTileBytes, kStores>(dv_tile + at, dv, dv_scales, th.warp, th.lane);
   } else {
     // No steps: the accumulators were never written; the keys' gradients are 0.

@@ -32,25 +32,21 @@ __device__ __forceinline__ uint32_t words_base_sw128(uint32_t tile, int warp, in
   return opaque_u32(tile + uint32_t(16 * warp + lane / 4) * 128 + (lane / 4) * 16 + (lane % 4) * 4);
 }
 
-// Chunk i, row half `half` of the lane's row pair.
-template <int kBlockBytes>
-__device__ __forceinline__ uint32_t words_at_sw128(uint32_t base, int i, int half) {
-  return (base ^ uint32_t((i % 8) * 16)) + uint32_t(i / 8) * kBlockBytes + uint32_t(half * 8 * 128);
-}
-
 __device__ __forceinline__ uint32_t stmatrix_base_sw128(uint32_t tile, int warp, int lane) {
   const int matrix = lane / 8, row = lane % 8;
   return opaque_u32(tile + uint32_t(16 * warp + row + 8 * (matrix % 2)) * 128 + uint32_t((row ^ (matrix / 2)) * 16));
 }
 
-// Chunk pair c0, c0 + 1 (c0 even) of the lane's row: the XOR leaves bit 4 (the pair) alone.
+// 16-byte chunk c of the row a base above points to: the swizzle's XOR of the chunk number
+// (bits 4-6, onto the base's own XOR term) and the column block c / 8. For stmatrix, c is even:
+// the XOR leaves bit 4, the lane's matrix parity, alone.
 template <int kBlockBytes>
-__device__ __forceinline__ uint32_t stmatrix_at_sw128(uint32_t base, int c0) {
-  return (base ^ uint32_t((c0 % 8) * 16)) + uint32_t(c0 / 8) * kBlockBytes;
+__device__ __forceinline__ uint32_t chunk_at_sw128(uint32_t base, int c) {
+  return (base ^ uint32_t((c % 8) * 16)) + uint32_t(c / 8) * kBlockBytes;
 }
 
-// Accumulators of a 64 x kColumns tile (kColumns a multiple of 8; of 16 by stmatrix) to shared memory, packed to
-// Element; row half h multiplied by scale[h] when kScaled.
+// Accumulators of a 64 x kColumns tile (kColumns a multiple of 8; of 16 by stmatrix) to shared
+// memory, packed to Element; row half h multiplied by scale[h] when kScaled.
 template <typename Element, int kColumns, bool kScaled, int kBlockBytes = 64 * 128, SmemStores kStores = SmemStores::Words>
 __device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const float* acc, const float (&scale)[2], int warp, int lane) {
   auto packed = [&](int a, int half) {
@@ -61,14 +57,15 @@ __device__ __forceinline__ void store_accumulators_sw128(uint32_t tile, const fl
     const uint32_t base = stmatrix_base_sw128(tile, warp, lane);
 #pragma unroll
     for (int kk = 0; kk < kColumns / 16; ++kk)
-      stmatrix_x4(stmatrix_at_sw128<kBlockBytes>(base, 2 * kk), packed(8 * kk, 0), packed(8 * kk + 2, 1), packed(8 * kk + 4, 0),
+      stmatrix_x4(chunk_at_sw128<kBlockBytes>(base, 2 * kk), packed(8 * kk, 0), packed(8 * kk + 2, 1), packed(8 * kk + 4, 0),
                   packed(8 * kk + 6, 1));
   } else {
     const uint32_t base = words_base_sw128(tile, warp, lane);
 #pragma unroll
     for (int i = 0; i < kColumns / 8; ++i)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) st_shared_s32(words_at_sw128<kBlockBytes>(base, i, half), int(packed(4 * i + 2 * half, half)));
+      for (int half = 0; half < 2; ++half)
+        st_shared_s32(chunk_at_sw128<kBlockBytes>(base, i) + uint32_t(half * 8 * 128), int(packed(4 * i + 2 * half, half)));
   }
 }
 
@@ -83,7 +80,7 @@ __device__ __forceinline__ void store_fragments_sw128(uint32_t tile, const uint3
   const uint32_t base = stmatrix_base_sw128(tile, warp, lane);
 #pragma unroll
   for (int kk = 0; kk < kColumns / 16; ++kk)
-    stmatrix_x4(stmatrix_at_sw128<kBlockBytes>(base, 2 * kk + first_chunk), frag[kk][0], frag[kk][1], frag[kk][2], frag[kk][3]);
+    stmatrix_x4(chunk_at_sw128<kBlockBytes>(base, 2 * kk + first_chunk), frag[kk][0], frag[kk][1], frag[kk][2], frag[kk][3]);
 }
 
 // Accumulators of an m64nN tile as the register A operand of a wgmma whose K dimension is the
