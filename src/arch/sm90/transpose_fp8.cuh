@@ -39,17 +39,22 @@ inline constexpr int kTransposedBytes = (kKeys + 127) / 128 * 128 * kCols;
 // One warp's share (`worker` of kWorkers, all lanes active) of the transpose of `src` into
 // `dst` (shared-memory addresses, both 1024-byte aligned). Keys >= valid_keys are written as
 // zero (keys past a sequence's end: P is 0 there, and 0 * NaN would still be NaN). kInFlight
-// units' loads in flight (1 or 2): with 2, the next unit's load is issued before this unit's
-// store (the shared accesses are volatile, so the compiler would not overlap them by itself).
+// units' loads in flight (1 or 2) before their stores (the shared accesses are volatile, so the
+// compiler would not overlap them by itself).
 //
-// Addresses: a unit's swizzle terms split into a lane constant and a unit term that only flips
-// address bits the lane constant's other terms do not touch, so a unit costs an XOR and adds.
-template <int kKeys, int kCols, int kSrcSwizzle, int kWorkers, int kInFlight = 1>
+// A whole tile: the worker takes key groups worker, worker + kWorkers, ... and every column group
+// of each, unrolled, so that a unit's addresses are a
+// per-group register, a constant and at most one XOR (the source's column term flips address
+// bits that its other terms leave alone); the destination's key term is one XOR per key group. Issue slots are what the transposing warps take from the consumers on
+// their schedulers, so a unit is its load, four PRMT, its store and about one address add.
+// A ragged tile (only a sequence's last) takes a simple loop over units with the key mask.
+template <int kKeys, int kCols, int kSrcSwizzle, int kWorkers, int kInFlight>
 __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t dst, int valid_keys, int worker, int lane) {
-  static_assert(kKeys % 16 == 0 && kCols % 32 == 0, "whole 16-key x 32-column units");
+  static_assert(kKeys % 16 == 0 && kCols % 64 == 0, "whole 16-key groups, pairs of 32-column units");
   static_assert(kSrcSwizzle == 128 || kSrcSwizzle == 64, "source rows of 128 or 64 bytes");
   static_assert(kInFlight == 1 || kInFlight == 2, "one or two units in flight");
-  constexpr int kColGroups = kCols / 32, kUnits = kKeys / 16 * kColGroups, kGroupsPerRow = kSrcSwizzle / 32;
+  constexpr int kColGroups = kCols / 32, kKeyGroups = kKeys / 16, kGroupsPerRow = kSrcSwizzle / 32;
+  constexpr uint32_t kColumnBlockBytes = kKeys * kSrcSwizzle, kKeyGroupBytes = 16 * kSrcSwizzle;
   const uint32_t l = uint32_t(lane);
   // The row this lane addresses: load matrix l / 8 = (column half, key half), key 8 (l / 8 % 2) +
   // l % 8 of the unit, columns 16 (l / 16) ..; store matrix l / 8 = (column half, parity),
@@ -63,56 +68,49 @@ __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t 
   const uint32_t src_lane = load_key * kSrcSwizzle + ((half ^ src_bits) << 4);
   // Destination: row 32 C + store_col of key block g / 8, chunk (g % 8) XOR (store_col % 8).
   const uint32_t dst_lane = store_col * 128 + ((store_col % 8) << 4);
-  auto src_of = [&](int unit) {
-    const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
-    return src + (c / kGroupsPerRow) * (kKeys * kSrcSwizzle) + g * (16 * kSrcSwizzle) + (src_lane ^ ((c % kGroupsPerRow) << 5));
-  };
-  auto dst_of = [&](int unit) {
-    const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
-    return dst + (g / 8) * (kCols * 128) + c * (32 * 128) + (dst_lane ^ ((g % 8) << 4));
-  };
+  auto dst_of_group = [&](uint32_t g) { return dst + (g / 8) * (kCols * 128) + (dst_lane ^ ((g % 8) << 4)); };
   // The lane's keys in its registers: 2q, 2q + 1 (+ 8 in the odd ones) of the unit.
   const uint32_t q = l % 4;
   // A register's two words for stmatrix: parity e' = 0 holds column 2r + (r >= 4), e' = 1 the
-  // other (r = l / 4; see the top).
-  const uint32_t select_even = l / 4 >= 4 ? 0x7531u : 0x6420u;  // select_odd = select_even ^ 0x1111
-  auto load = [&](int unit, uint32_t (&r)[4]) {
-    sm80::ldmatrix_x4_trans(r, src_of(unit));
-    if (valid_keys < kKeys) {  // (only a sequence's last tile)
-      const int key = int(16 * (uint32_t(unit) / kColGroups) + 2 * q);
+  // other (r = l / 4; see the top). Registers 0, 1: column half 0 (key halves 0, 1); 2, 3:
+  // column half 1.
+  const uint32_t select_even = l / 4 >= 4 ? 0x7531u : 0x6420u, select_odd = select_even ^ 0x1111u;
+  auto store = [&](uint32_t addr, const uint32_t (&r)[4]) {
+    stmatrix_x4(addr, __byte_perm(r[0], r[1], select_even), __byte_perm(r[0], r[1], select_odd), __byte_perm(r[2], r[3], select_even),
+                __byte_perm(r[2], r[3], select_odd));
+  };
+  if (valid_keys < kKeys) {
+    constexpr int kUnits = kKeyGroups * kColGroups;
+#pragma unroll 1
+    for (int unit = worker; unit < kUnits; unit += kWorkers) {
+      const uint32_t g = uint32_t(unit) / kColGroups, c = uint32_t(unit) % kColGroups;
+      uint32_t r[4];
+      sm80::ldmatrix_x4_trans(r, src + (c / kGroupsPerRow) * kColumnBlockBytes + g * kKeyGroupBytes + (src_lane ^ ((c % kGroupsPerRow) << 5)));
+      const int key = int(16 * g + 2 * q);
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         const int k0 = key + 8 * (m % 2);
         r[m] &= (k0 < valid_keys ? 0x0000ffffu : 0u) | (k0 + 1 < valid_keys ? 0xffff0000u : 0u);
       }
+      store(dst_of_group(g) + c * (32 * 128), r);
     }
-  };
-  // Registers 0, 1: column half 0 (key halves 0, 1); 2, 3: column half 1.
-  auto store = [&](int unit, const uint32_t (&r)[4]) {
-    const uint32_t select_odd = select_even ^ 0x1111u;
-    stmatrix_x4(dst_of(unit), __byte_perm(r[0], r[1], select_even), __byte_perm(r[0], r[1], select_odd),
-                __byte_perm(r[2], r[3], select_even), __byte_perm(r[2], r[3], select_odd));
-  };
-  // A tile with keys past the end (only a sequence's last) takes the simple loop: the pipelined
-  // one keeps no registers for the key mask.
-  if (kInFlight == 1 || valid_keys < kKeys) {
+    return;
+  }
+  // The lane's source in its key group; column group C adds (C / kGroupsPerRow) column blocks
+  // and flips bits 5, 6 by C % kGroupsPerRow (src and the key groups' offsets are multiples of
+  // 1024, so those bits are the lane term's alone).
+  uint32_t src_g = src + uint32_t(worker) * kKeyGroupBytes + src_lane;
 #pragma unroll 1
-    for (int unit = worker; unit < kUnits; unit += kWorkers) {
-      uint32_t r[4];
-      load(unit, r);
-      store(unit, r);
-    }
-  } else {
-    if (worker >= kUnits) return;
-    uint32_t r[4];
-    sm80::ldmatrix_x4_trans(r, src_of(worker));
-#pragma unroll 1
-    for (int unit = worker; unit < kUnits; unit += kWorkers) {
-      uint32_t next[4];
-      if (unit + kWorkers < kUnits) sm80::ldmatrix_x4_trans(next, src_of(unit + kWorkers));  // uniform over the warp
-      store(unit, r);
+  for (int g = worker; g < kKeyGroups; g += kWorkers, src_g += kWorkers * kKeyGroupBytes) {
+    const uint32_t dst_g = dst_of_group(uint32_t(g));
+    auto src_of = [&](int c) { return (src_g ^ uint32_t((c % kGroupsPerRow) << 5)) + (c / kGroupsPerRow) * kColumnBlockBytes; };
 #pragma unroll
-      for (int m = 0; m < 4; ++m) r[m] = next[m];
+    for (int c = 0; c < kColGroups; c += kInFlight) {
+      uint32_t r[kInFlight][4];
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) sm80::ldmatrix_x4_trans(r[i], src_of(c + i));
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) store(dst_g + (c + i) * (32 * 128), r[i]);
     }
   }
 }

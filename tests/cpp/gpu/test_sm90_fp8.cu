@@ -259,9 +259,9 @@ TEST(Sm90Fp8, WgmmaRegisterAMatchesTheHost) {
 }
 
 // ---- V (kKeys x kCols, TMA-landed) -> K-major Vt, and O = P V through it ------------------------
-// One warpgroup: four warps transpose, then P (float, laid out as wgmma accumulators) is packed to
+// One warpgroup: kWorkers of its warps transpose (the forward runs three), then P (float, laid out as wgmma accumulators) is packed to
 // e4m3 A fragments and multiplied by Vt. `dump` (optional) receives Vt's raw bytes.
-template <int kKeys, int kCols, int kSwizzle, int kInFlight>
+template <int kKeys, int kCols, int kSwizzle, int kInFlight, int kWorkers>
 __global__ void pv_kernel(const __grid_constant__ CUtensorMap map_v, const float* p, int valid_keys, float* out, uint8_t* dump) {
 #if defined(FA_SM90A_DEVICE)
   extern __shared__ unsigned char smem_raw[];
@@ -272,7 +272,9 @@ __global__ void pv_kernel(const __grid_constant__ CUtensorMap map_v, const float
   for (int i = threadIdx.x; i < kVtBytes; i += blockDim.x) vt[i] = 0xA5;  // bytes the transpose must not need
   load_fp8_tiles<kSwizzle>(&map_v, v, kKeys, kCols, nullptr, nullptr, 0, 0, &bar);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  sm90::transpose_e4m3_to_kmajor<kKeys, kCols, kSwizzle, 4, kInFlight>(sm90::smem_u32(v), sm90::smem_u32(vt), valid_keys, warp, lane);
+  if (warp < kWorkers)
+    sm90::transpose_e4m3_to_kmajor<kKeys, kCols, kSwizzle, kWorkers, kInFlight>(sm90::smem_u32(v), sm90::smem_u32(vt), valid_keys, warp,
+                                                                                 lane);
   sm90::fence_async_shared();
   __syncthreads();
   if (dump != nullptr)
@@ -309,10 +311,11 @@ int vt_offset(int n, int key, int cols) {
   return block * cols * 128 + n * 128 + (((in_row / 16) ^ (n % 8)) * 16) + in_row % 16;
 }
 
-template <int kKeys, int kCols, int kSwizzle, int kInFlight = 1>
+template <int kKeys, int kCols, int kSwizzle, int kInFlight = 1, int kWorkers = 4>
 void check_pv(int valid_keys, uint64_t seed) {
   SCOPED_TRACE("keys " + std::to_string(kKeys) + " (valid " + std::to_string(valid_keys) + "), columns " + std::to_string(kCols) +
-               ", source swizzle " + std::to_string(kSwizzle) + ", in flight " + std::to_string(kInFlight));
+               ", source swizzle " + std::to_string(kSwizzle) + ", in flight " + std::to_string(kInFlight) + ", workers " +
+               std::to_string(kWorkers));
   std::vector<uint8_t> v = random_e4m3(size_t(kKeys) * kCols, seed);
   for (int k = valid_keys; k < kKeys; ++k)
     for (int n = 0; n < kCols; ++n) v[size_t(k) * kCols + n] = 0x7f;  // NaN: must be zeroed
@@ -325,7 +328,7 @@ void check_pv(int valid_keys, uint64_t seed) {
   DeviceArray<float> dp(p), dout(size_t(64) * kCols);
   dout.poison();
   const int smem = kKeys * kCols + sm90::kTransposedBytes<kKeys, kCols> + 1024;
-  auto kernel = pv_kernel<kKeys, kCols, kSwizzle, kInFlight>;
+  auto kernel = pv_kernel<kKeys, kCols, kSwizzle, kInFlight, kWorkers>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<1, 128, smem>>>(map_fp8(dv.get(), kKeys, kCols, kKeys, kSwizzle), dp.get(), valid_keys, dout.get(), dump.get());
   CUDA_CHECK_LAUNCH();
@@ -364,6 +367,13 @@ TEST(Sm90Fp8, TransposedVTimesPackedP) {
   check_pv<224, 128, 128, 2>(224, 38);
   check_pv<160, 64, 64, 2>(160, 39);
   check_pv<128, 256, 128, 2>(128, 40);
+  // Three workers, as the forward's transposing warps (key groups shared unevenly).
+  check_pv<128, 64, 64, 2, 3>(128, 47);
+  check_pv<160, 64, 64, 2, 3>(160, 48);
+  check_pv<224, 128, 128, 2, 3>(224, 49);
+  check_pv<128, 128, 128, 2, 3>(128, 50);
+  check_pv<128, 256, 128, 1, 3>(128, 51);
+  check_pv<64, 256, 128, 1, 3>(64, 52);
 }
 
 // A ragged last tile: keys past the valid count (NaN in V) come out as zeros.
@@ -375,6 +385,8 @@ TEST(Sm90Fp8, TransposeZeroesKeysPastTheValidCount) {
   check_pv<128, 128, 128>(0, 44);
   check_pv<160, 64, 64, 2>(77, 45);
   check_pv<128, 128, 128, 2>(100, 46);
+  check_pv<224, 128, 128, 2, 3>(200, 53);
+  check_pv<128, 256, 128, 1, 3>(127, 54);
 }
 
 }  // namespace
