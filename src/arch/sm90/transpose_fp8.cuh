@@ -43,11 +43,12 @@ inline constexpr int kTransposedBytes = (kKeys + 127) / 128 * 128 * kCols;
 // compiler would not overlap them by itself).
 //
 // A whole tile: the worker takes key groups worker, worker + kWorkers, ... and every column group
-// of each, unrolled, so that a unit's addresses are a
-// per-group register, a constant and at most one XOR (the source's column term flips address
-// bits that its other terms leave alone); the destination's key term is one XOR per key group. Issue slots are what the transposing warps take from the consumers on
-// their schedulers, so a unit is its load, four PRMT, its store and about one address add.
-// A ragged tile (only a sequence's last) takes a simple loop over units with the key mask.
+// of each, unrolled, so that a unit's addresses are a per-group register, a constant and at most
+// one XOR (the source's column term flips address bits that its other terms leave alone); the
+// destination's key term is one XOR per key group. Issue slots are what the transposing warps
+// take from the consumers on their schedulers, so a unit is its load, four PRMT, its store and
+// about one address add. A ragged tile (only a sequence's last) takes a simple loop over units
+// with the key mask.
 template <int kKeys, int kCols, int kSrcSwizzle, int kWorkers, int kInFlight>
 __device__ __forceinline__ void transpose_e4m3_to_kmajor(uint32_t src, uint32_t dst, int valid_keys, int worker, int lane) {
   static_assert(kKeys % 16 == 0 && kCols % 64 == 0, "whole 16-key groups, pairs of 32-column units");

@@ -259,8 +259,9 @@ TEST(Sm90Fp8, WgmmaRegisterAMatchesTheHost) {
 }
 
 // ---- V (kKeys x kCols, TMA-landed) -> K-major Vt, and O = P V through it ------------------------
-// One warpgroup: kWorkers of its warps transpose (the forward runs three), then P (float, laid out as wgmma accumulators) is packed to
-// e4m3 A fragments and multiplied by Vt. `dump` (optional) receives Vt's raw bytes.
+// One warpgroup: kWorkers of its warps transpose (the forward runs three), then P (float, laid
+// out as wgmma accumulators) is packed to e4m3 A fragments and multiplied by Vt. `dump`
+// (optional) receives Vt's raw bytes.
 template <int kKeys, int kCols, int kSwizzle, int kInFlight, int kWorkers>
 __global__ void pv_kernel(const __grid_constant__ CUtensorMap map_v, const float* p, int valid_keys, float* out, uint8_t* dump) {
 #if defined(FA_SM90A_DEVICE)
