@@ -22,27 +22,20 @@ ncu_bin="$(fa_ncu_binary)"
   { tail -n 20 "$logdir/$name.log"; fa_die "ncu failed (log: $logdir/$name.log)"; }
 "$ncu_bin" -i "$logdir/$name.ncu-rep" --page source --csv --print-source sass >"$logdir/$name-sass.csv"
 "$ncu_bin" -i "$logdir/$name.ncu-rep" --page details --csv >"$logdir/$name-details.csv"
-python3 - "$logdir/$name-sass.csv" <<'PY'
-import csv, re, sys
+python3 - "$logdir/$name-sass.csv" "$FA_ROOT" <<'PY'
+import os, sys
 from collections import defaultdict
-rows = list(csv.reader(open(sys.argv[1])))
-head_at = next(i for i, r in enumerate(rows) if "Address" in r and "Source" in r)
-head, data = rows[head_at], [r for r in rows[head_at + 1:] if len(r) > 3]
-samples_at = head.index("Warp Stall Sampling (All Samples)")
-executed_at = head.index("Instructions Executed")
-source_at = head.index("Source")
-def number(x):
-    return float(x.replace(",", "")) if x.strip() else 0.0
-total = sum(number(r[samples_at]) for r in data) or 1.0
-print(f"{len(data)} instructions, {total:.0f} warp samples")
+sys.path.insert(0, os.path.join(sys.argv[2], "tools", "sass"))
+from ncu_opcode_diff import load
+lines = load(sys.argv[1])
+total = sum(x[3] for x in lines) or 1.0
+print(f"{len(lines)} instructions, {total:.0f} warp samples")
 print("top instructions (index, % of samples, times executed, SASS):")
-ranked = sorted(range(len(data)), key=lambda i: -number(data[i][samples_at]))
-for i in ranked[:30]:
-    r = data[i]
-    print(f"  {i:5d} {100 * number(r[samples_at]) / total:5.1f} % {r[executed_at]:>10s}  {r[source_at].strip()[:90]}")
+for i in sorted(range(len(lines)), key=lambda i: -lines[i][3])[:30]:
+    _, _, executed, samples, text = lines[i]
+    print(f"  {i:5d} {100 * samples / total:5.1f} % {executed:>10.0f}  {text[:90]}")
 families = defaultdict(float)
-for r in data:
-    op = re.sub(r"^@!?U?P\w+\s+", "", r[source_at].strip()).split(" ")[0].split(".")[0]
-    families[op] += number(r[samples_at])
+for _, opcode, _, samples, _ in lines:
+    families[opcode] += samples
 print("samples per opcode:", ", ".join(f"{op} {100 * v / total:.1f} %" for op, v in sorted(families.items(), key=lambda kv: -kv[1])[:14]))
 PY

@@ -9,7 +9,7 @@ executed warp instructions, then per opcode (predicates and modifiers dropped) b
 millions and their difference, largest first; --top PATTERN lists the single SASS lines of the
 first kernel executed most often whose text contains PATTERN (e.g. TRYWAIT: barrier polls).
 docs/PERF.md, twenty-third session, call 2, is this tool's first use: ours against FA3's fp8
-forward.
+forward. `load` is also tools/gpu/ncu_source.sh's reader of the same page.
 
 usage: tools/sass/ncu_opcode_diff.py A-sass.csv B-sass.csv [--rows N] [--top PATTERN]
 """
