@@ -24,9 +24,8 @@ ncu_bin="$(fa_ncu_binary)"
 "$ncu_bin" -i "$logdir/$name.ncu-rep" --page details --csv >"$logdir/$name-details.csv"
 python3 - "$logdir/$name-sass.csv" "$FA_ROOT" <<'PY'
 import os, sys
-from collections import defaultdict
 sys.path.insert(0, os.path.join(sys.argv[2], "tools", "sass"))
-from ncu_opcode_diff import load
+from ncu_opcode_diff import load, per_opcode
 lines = load(sys.argv[1])
 total = sum(x[3] for x in lines) or 1.0
 print(f"{len(lines)} instructions, {total:.0f} warp samples")
@@ -34,8 +33,6 @@ print("top instructions (index, % of samples, times executed, SASS):")
 for i in sorted(range(len(lines)), key=lambda i: -lines[i][3])[:30]:
     _, _, executed, samples, text = lines[i]
     print(f"  {i:5d} {100 * samples / total:5.1f} % {executed:>10.0f}  {text[:90]}")
-families = defaultdict(float)
-for _, opcode, _, samples, _ in lines:
-    families[opcode] += samples
+families = per_opcode(lines, 3)
 print("samples per opcode:", ", ".join(f"{op} {100 * v / total:.1f} %" for op, v in sorted(families.items(), key=lambda kv: -kv[1])[:14]))
 PY

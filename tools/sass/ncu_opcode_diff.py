@@ -40,6 +40,14 @@ def load(path):
     return lines
 
 
+def per_opcode(lines, column=2):
+    """Sums of one column of load's lines per opcode (2: executed instructions, 3: stall samples)."""
+    sums = defaultdict(float)
+    for x in lines:
+        sums[x[1]] += x[column]
+    return sums
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("a")
@@ -50,11 +58,7 @@ def main():
     a, b = load(args.a), load(args.b)
     total_a, total_b = sum(x[2] for x in a), sum(x[2] for x in b)
     print(f"executed warp instructions: A {total_a / 1e6:.1f} M, B {total_b / 1e6:.1f} M ({total_a / max(total_b, 1):.2f} x)")
-    per_a, per_b = defaultdict(float), defaultdict(float)
-    for x in a:
-        per_a[x[1]] += x[2]
-    for x in b:
-        per_b[x[1]] += x[2]
+    per_a, per_b = per_opcode(a), per_opcode(b)
     print(f"{'opcode':12s} {'A (M)':>9s} {'B (M)':>9s} {'A - B':>9s}")
     for op in sorted(set(per_a) | set(per_b), key=lambda o: -abs(per_a[o] - per_b[o]))[:args.rows]:
         print(f"{op:12s} {per_a[op] / 1e6:9.2f} {per_b[op] / 1e6:9.2f} {(per_a[op] - per_b[op]) / 1e6:+9.2f}")
