@@ -53,8 +53,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   auto tile_slot = [&](uint32_t n) { return sm.tile_slot(n); };
   // The warpgroup and the work tile as uniform values (sm90::warp_uniform), hence the tile
   // addresses and wgmma descriptors. The general score path keeps them per thread (made uniform,
-  // its kernels spill), and so does fp8 d128 (measured 1 to 3 % slower uniform; docs/PERF.md).
-  const auto uniform = [](int x) { return Config::kGeneralScore || (Config::kFp8 && Config::kHeadDim == 128) ? x : sm90::warp_uniform(x); };
+  // its kernels spill).
+  const auto uniform = [](int x) { return Config::kGeneralScore ? x : sm90::warp_uniform(x); };
   const int warpgroup = uniform(int(threadIdx.x / 128));
   const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
