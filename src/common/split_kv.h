@@ -30,6 +30,9 @@ struct SplitWorkspace {
   int64_t total_rows = 0;  // packed rows (host-known: batch * seqlen_q, or the varlen total)
   float* out_partial = nullptr;
   float* lse_partial = nullptr;
+  // The splits of a row block run as one thread-block cluster and merge in its shared memory
+  // (sm90, the key-split decode tiles: fa2/cluster_combine.cuh): no partials, no combine kernel.
+  bool in_cluster = false;
 
   FA_HD int64_t out_offset(const AttnProblem& p, int split, int64_t packed_row, int64_t h) const {
     return ((split * total_rows + packed_row) * p.heads_q + h) * p.head_dim_v;

@@ -21,6 +21,7 @@
 #include "arch/sm80/math.cuh"
 #include "arch/sm80/mma.cuh"
 #include "arch/sm90/grid_dependency.cuh"
+#include "fa2/cluster_combine.cuh"
 #include "fa2/tile_load.cuh"
 #include "common/mask.h"
 #include "common/pack_gqa.h"
@@ -105,6 +106,8 @@ struct FwdConfig {
   // lane and n8 tile) and each row's max and sum there (merge_key_split_warps).
   static constexpr int kMergeBytes = (kWarps - 1) * 32 * (kNTilesO * 16 + 2 * 8);
   static_assert(!kWarpsSplitKeys || kMergeBytes <= 2 * kStages * kSmemKV * int(sizeof(Element)), "merge space");
+  // Split-KV in a cluster: the CTA's share for the others (cluster_combine.cuh), after the merge's.
+  static constexpr int kClusterPartialOffset = (kMergeBytes + 15) / 16 * 16;
 
 };
 
@@ -566,7 +569,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
 
   // The combine after a split call may launch now, its blocks taking the slots this grid leaves
   // (programmatic dependent launch): they wait for this grid's writes before reading them.
-  if (split_ws.splits > 1) sm90::launch_dependent_grids();
+  if (split_ws.splits > 1 && !split_ws.in_cluster) sm90::launch_dependent_grids();
 
   // Epilogue: normalise, write O and the LSE (or this split's float partials); rows that saw no
   // key get 0 and -inf. O goes through this warp's own rows of the Q tile (no other warp reads
@@ -591,6 +594,28 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocks)
       *head = h;
     }
   };
+  if constexpr (Config::kWarpsSplitKeys) {
+    if (split_ws.in_cluster) {
+      // The splits meet in the cluster's shared memory (cluster_combine.cuh), past the merge's space.
+      static_assert(Config::kClusterPartialOffset + sizeof(ClusterPartial<Config::kHeadDim>) <=
+                        size_t(2 * Config::kStages * Config::kSmemKV) * sizeof(Element),
+                    "cluster partial space");
+      merge_cluster_splits<Config>(o, row_max, row_sum, reinterpret_cast<unsigned char*>(smem_k) + Config::kClusterPartialOffset,
+                                   split_ws.splits, rows_here, lane, [&](int row_local, int col, float4 v, float lse) {
+                                     int token;
+                                     int64_t head;
+                                     token_and_head(row0 + row_local, &token, &head);
+                                     if (col < p.head_dim_v) {
+                                       uint2 packed;
+                                       packed.x = sm80::pack2<Element>(v.x, v.y);
+                                       packed.y = sm80::pack2<Element>(v.z, v.w);
+                                       *reinterpret_cast<uint2*>(out + p.out.offset(b, token, head) + col) = packed;
+                                     }
+                                     if (col == 0 && p.lse.defined()) p.lse.data[p.lse.offset(b, token, head)] = lse;
+                                   });
+      return;
+    }
+  }
   const bool to_partials = split_ws.splits > 1;
   const int64_t packed_base = packed_row_base(p, b);
 #pragma unroll

@@ -5,10 +5,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <iterator>
 #include <string>
 #include <utility>
 
+#include "arch/sm90/cluster.cuh"
 #include "arch/sm90/grid_dependency.cuh"
 #include "common/cuda_status.h"
 #include "common/pack_gqa.h"
@@ -54,12 +56,37 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
     splits = choose_fwd_splits({row_blocks * heads * p.batch, p.lens.seqlen_k, Config::kBlockN,
                                 limits.multiprocessors, resident, Config::kWarpsSplitKeys});
   }
+  // Split in clusters (FwdPlan::split_in_cluster): the chosen count capped at a cluster's size
+  // (a forced count above it splits through global memory), where the device holds one.
+  bool in_cluster = false;
+  if (Config::kWarpsSplitKeys && plan.split_in_cluster && limits.arch >= 90 && splits > 1 &&
+      (p.num_splits == 0 || splits <= kMaxClusterSplits)) {
+    const int cluster_splits = std::min(splits, kMaxClusterSplits);
+    if (cluster_splits > 8)
+      FLASHATTN_CUDA_CHECK("fa2 fwd: allowing 16-CTA clusters", sm90::allow_large_clusters(kernel));
+    int clusters = 0;
+    FLASHATTN_CUDA_CHECK("fa2 fwd: reading the cluster occupancy",
+                         sm90::max_active_clusters(&clusters, kernel, dim3(unsigned(row_blocks * cluster_splits), unsigned(heads), unsigned(p.batch)),
+                                                   dim3(Config::kThreads), size_t(smem_bytes), unsigned(cluster_splits)));
+    if (clusters > 0) {
+      in_cluster = true;
+      splits = cluster_splits;
+    }
+  }
   if (row_blocks * splits > 0x7fffffff)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: too many row blocks for one launch");
   const dim3 grid(unsigned(row_blocks * splits), unsigned(heads), unsigned(p.batch));
 
   SplitWorkspace ws;
   StreamBuffer buffer(stream);
+  if (in_cluster) {
+    ws.splits = splits;
+    ws.in_cluster = true;
+    FLASHATTN_CUDA_CHECK("fa2 fwd: launch in clusters",
+                         sm90::launch_in_clusters(kernel, grid, dim3(Config::kThreads), size_t(smem_bytes), stream, unsigned(splits),
+                                                  true, p, ws, bool(plan.stage_pages), pack));
+    return {};
+  }
   if (splits > 1) {
     ws.splits = splits;
     ws.total_rows = p.lens.total_q;

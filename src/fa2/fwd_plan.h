@@ -98,8 +98,16 @@ struct FwdPlan {
   // seqlen_q (common/pack_gqa.h, can_pack_gqa_queries), on the kernels of kFwdPackedQueryKernels;
   // fwd_plan takes it where pack_gqa_queries_pays with plain scores.
   bool pack_gqa_queries = false;
+  // Split-KV calls on the key-split decode tiles (sm90): the splits of a row block run as one
+  // thread-block cluster of at most kMaxClusterSplits CTAs and merge in its shared memory
+  // (fa2/cluster_combine.cuh) instead of through float partials and a combine kernel; num_splits
+  // = 0 then takes at most that many splits. Where the device cannot hold such a cluster, the
+  // call splits as without it.
+  bool split_in_cluster = false;
   friend bool operator==(const FwdPlan&, const FwdPlan&) = default;
 };
+
+inline constexpr int kMaxClusterSplits = 16;  // the largest (non-portable) cluster on sm90
 
 constexpr bool same_kernel(const FwdKernelShape& k, const FwdPlan& plan) {
   return k.head_dim == plan.head_dim && k.block_m == plan.block_m && k.block_n == plan.block_n &&

@@ -78,6 +78,10 @@ TEST(BenchPlanFlags, PackGqaQueriesSetsItsField) {
   packed.pack_gqa_queries = true;
   EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "pack_gqa_queries=1"), chosen, base), packed);
   EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "pack_gqa_queries=0"), chosen, base), chosen);
+  fa2::FwdPlan clustered = chosen;
+  clustered.split_in_cluster = true;
+  EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "split_in_cluster=1"), chosen, base), clustered);
+  EXPECT_NE(refusal(PlanFamily::Fa2Fwd, "split_in_cluster=3").find("0 or 1"), std::string::npos);
   EXPECT_NE(refusal(PlanFamily::Fa2Fwd, "pack_gqa_queries=2").find("0 or 1"), std::string::npos);
   EXPECT_NE(refusal(PlanFamily::Fa2Bwd, "pack_gqa_queries=1").find("KEY=VALUE"), std::string::npos);
 }

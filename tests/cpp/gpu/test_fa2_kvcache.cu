@@ -72,6 +72,52 @@ INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCachePackedQueries, ::testing::Values
 // The speculative shapes on the default plans too (their NaN past the cache included).
 INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCache, ::testing::ValuesIn(speculative_kv_cases()), ParamTestName());
 
+// Split-KV in thread-block clusters (FwdPlan::split_in_cluster, sm90's decode tiles; forced
+// until it has run here): the KV-cache sweep, the speculative shapes, and caches of 32 key tiles
+// split 2 to 16 ways and automatically (capped at 16), some splits without keys, ragged lengths,
+// NaN past them, dense and paged, d64 and d128, GQA 1/4/8; 20 splits go through global memory.
+gpu_test::Fa2FwdChoice splits_in_clusters() {
+  return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
+    fa2::FwdPlan plan = fa2::fwd_plan(call, limits);
+    plan.split_in_cluster = true;
+    return std::optional(plan);
+  });
+}
+
+std::vector<KvCase> cluster_split_cases() {
+  std::vector<KvCase> cases;
+  int i = 0;
+  for (int splits : {0, 2, 3, 7, 8, 11, 16, 20})
+    for (int group : {1, 4, 8}) {
+      KvCase c;
+      c.batch = 2;
+      c.heads_k = 2;
+      c.heads_q = 2 * group;
+      c.capacity = i % 3 == 0 ? 2048 : i % 3 == 1 ? 1500 : 90;  // 90: fewer key tiles than splits
+      c.head_dim = i % 2 == 0 ? 128 : 64;
+      c.num_splits = splits;
+      c.page_size = i % 4 == 1 ? 16 : i % 4 == 3 ? 64 : 0;
+      c.seqlen_new = i % 5 == 2 ? 1 : 0;
+      c.nan_past_cache = true;
+      c.dtype = i % 2 == 0 ? DType::BF16 : DType::F16;
+      c.seed = 3000 + i;
+      cases.push_back(c);
+      ++i;
+    }
+  return cases;
+}
+
+class Fa2KvCacheClusterSplits : public ::testing::TestWithParam<KvCase> {};
+
+TEST_P(Fa2KvCacheClusterSplits, MatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::on_device(gpu_test::fa2_kvcache_with(splits_in_clusters())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheClusterSplits, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
+INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCacheClusterSplits, ::testing::ValuesIn(speculative_kv_cases()), ParamTestName());
+INSTANTIATE_TEST_SUITE_P(Splits, Fa2KvCacheClusterSplits, ::testing::ValuesIn(cluster_split_cases()), ParamTestName());
+
 // Left-padded caches and varlen queries, each sequence checked alone (kv_alone_case.cpp).
 std::vector<KvAloneCase> gpu_kv_alone_cases() {
   std::vector<KvAloneCase> cases;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "arch/sm90/accumulator_smem.cuh"
+#include "arch/sm90/cluster.cuh"
 #include "arch/sm90/grid_dependency.cuh"
 #include "arch/sm90/mbarrier.cuh"
 #include "arch/sm90/reduce.cuh"
@@ -548,6 +549,50 @@ TEST(Sm90Primitives, DependentGridWaitsForThePrimarysWrites) {
       RecordProperty("dependent_start_minus_primary_end_ns", std::to_string(int64_t(t[1] - t[0])));
   }
   CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// ---- clusters: ranks, the cluster barrier, distributed shared memory ---------------------------
+// Each CTA of a cluster of n writes 64 values of its own into its shared memory; after the
+// barrier, every thread reads its neighbour's (rank (rank + 1) % n) as float4 and as float2, and
+// a second barrier keeps each CTA's shared memory until its neighbour has read it.
+__global__ void cluster_neighbour_kernel(float* out, int n) {
+  __shared__ __align__(16) float share[64];
+  const int t = threadIdx.x;  // 16 threads
+  const uint32_t rank = sm90::cluster_rank();
+  for (int i = t; i < 64; i += 16) share[i] = float(1000 * int(blockIdx.x) + i);
+  sm90::cluster_sync();
+  const uint32_t next = (rank + 1) % uint32_t(n);
+  const float4 v = sm90::ld_cluster_f32x4(sm90::cluster_map_shared(sm90::smem_u32(&share[4 * t]), next));
+  const float2 w = sm90::ld_cluster_f32x2(sm90::cluster_map_shared(sm90::smem_u32(&share[2 * t]), next));
+  float* row = out + blockIdx.x * 96;
+  row[4 * t] = v.x, row[4 * t + 1] = v.y, row[4 * t + 2] = v.z, row[4 * t + 3] = v.w;
+  row[64 + 2 * t] = w.x, row[64 + 2 * t + 1] = w.y;
+  sm90::cluster_sync();
+  if (t == 0) out[gridDim.x * 96 + blockIdx.x] = float(rank);
+}
+
+TEST(Sm90Primitives, ClusterCtasReadTheirNeighboursSharedMemory) {
+  SKIP_WITHOUT_SM90();
+  CUDA_CHECK(sm90::allow_large_clusters(cluster_neighbour_kernel));
+  for (int n : {2, 4, 8, 11, 16}) {
+    const int blocks = 3 * n;
+    DeviceArray<float> out(size_t(blocks) * 97);
+    CUDA_CHECK(cudaMemset(out.ptr, 0xff, size_t(blocks) * 97 * sizeof(float)));
+    int clusters = 0;
+    CUDA_CHECK(sm90::max_active_clusters(&clusters, cluster_neighbour_kernel, dim3(blocks), dim3(16), 0, unsigned(n)));
+    ASSERT_GT(clusters, 0) << n;
+    CUDA_CHECK(sm90::launch_in_clusters(cluster_neighbour_kernel, dim3(blocks), dim3(16), 0, nullptr, unsigned(n), false, out.ptr, n));
+    CUDA_CHECK_LAUNCH();
+    std::vector<float> got(size_t(blocks) * 97);
+    CUDA_CHECK(cudaMemcpy(got.data(), out.ptr, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int block = 0; block < blocks; ++block) {
+      const int rank = block % n, neighbour = block - rank + (rank + 1) % n;
+      ASSERT_EQ(got[size_t(blocks) * 96 + block], float(rank)) << "cluster " << n << ", block " << block;
+      for (int i = 0; i < 64; ++i) ASSERT_EQ(got[size_t(block) * 96 + i], float(1000 * neighbour + i)) << n << "," << block << "," << i;
+      for (int i = 0; i < 32; ++i)
+        ASSERT_EQ(got[size_t(block) * 96 + 64 + i], float(1000 * neighbour + i)) << n << "," << block << "," << i;
+    }
+  }
 }
 
 }  // namespace
