@@ -3,7 +3,9 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 
+#include "arch/sm90/cluster.cuh"
 #include "common/cuda_status.h"
 #include "fa2/device_limits.h"
 
@@ -41,6 +43,29 @@ Status device_limits(DeviceLimits* limits, const char* what) {
   if (Status st = query_limits(device, &read, what); !st.ok()) return st;
   const std::lock_guard<std::mutex> lock(mutex);
   *limits = cache.emplace(device, read).first->second;
+  return {};
+}
+
+Status cluster_fits(const void* kernel, int cluster_size, int threads, int smem_bytes, bool* fits) {
+  const char* what = "fa2: asking the device for clusters";
+  int device = 0;
+  FLASHATTN_CUDA_CHECK(what, cudaGetDevice(&device));
+  using Key = std::tuple<int, const void*, int, int, int>;
+  const Key key{device, kernel, cluster_size, threads, smem_bytes};
+  static std::mutex mutex;
+  static std::map<Key, bool> cache;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cache.find(key); it != cache.end()) {
+      *fits = it->second;
+      return {};
+    }
+  }
+  if (cluster_size > 8) FLASHATTN_CUDA_CHECK(what, sm90::allow_large_clusters(kernel));
+  int clusters = 0;
+  FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(&clusters, kernel, dim3(unsigned(threads)), size_t(smem_bytes), unsigned(cluster_size)));
+  const std::lock_guard<std::mutex> lock(mutex);
+  *fits = cache.emplace(key, clusters > 0).first->second;
   return {};
 }
 

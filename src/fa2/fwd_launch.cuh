@@ -62,13 +62,10 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
   if (Config::kWarpsSplitKeys && plan.split_in_cluster && limits.arch >= 90 && splits > 1 &&
       (p.num_splits == 0 || splits <= kMaxClusterSplits)) {
     const int cluster_splits = std::min(splits, kMaxClusterSplits);
-    if (cluster_splits > 8)
-      FLASHATTN_CUDA_CHECK("fa2 fwd: allowing 16-CTA clusters", sm90::allow_large_clusters(kernel));
-    int clusters = 0;
-    FLASHATTN_CUDA_CHECK("fa2 fwd: reading the cluster occupancy",
-                         sm90::max_active_clusters(&clusters, kernel, dim3(unsigned(row_blocks * cluster_splits), unsigned(heads), unsigned(p.batch)),
-                                                   dim3(Config::kThreads), size_t(smem_bytes), unsigned(cluster_splits)));
-    if (clusters > 0) {
+    bool fits = false;
+    if (Status st = cluster_fits(reinterpret_cast<const void*>(kernel), cluster_splits, Config::kThreads, smem_bytes, &fits); !st.ok())
+      return st;
+    if (fits) {
       in_cluster = true;
       splits = cluster_splits;
     }

@@ -79,13 +79,12 @@ cudaError_t launch_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// Host: how many clusters of cluster_x CTAs of `kernel` the device can hold at once (0: none
-// fits, so a launch in such clusters would fail).
-template <typename... Params>
-cudaError_t max_active_clusters(int* clusters, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
-                                unsigned cluster_x) {
+// Host: how many clusters of cluster_x CTAs of `kernel` (a kernel or its const void* address) the
+// device can hold at once (0: none fits, so a launch in such clusters would fail).
+template <typename Kernel>
+cudaError_t max_active_clusters(int* clusters, Kernel kernel, dim3 block, size_t smem_bytes, unsigned cluster_x) {
   cudaLaunchConfig_t config{};
-  config.gridDim = grid;
+  config.gridDim = dim3(cluster_x);
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   cudaLaunchAttribute attribute{};
@@ -99,8 +98,8 @@ cudaError_t max_active_clusters(int* clusters, void (*kernel)(Params...), dim3 g
 }
 
 // Host: lets `kernel` run in clusters of up to 16 CTAs (8 without it).
-template <typename... Params>
-cudaError_t allow_large_clusters(void (*kernel)(Params...)) {
+template <typename Kernel>
+cudaError_t allow_large_clusters(Kernel kernel) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
 }
 

@@ -579,7 +579,7 @@ TEST(Sm90Primitives, ClusterCtasReadTheirNeighboursSharedMemory) {
     DeviceArray<float> out(size_t(blocks) * 97);
     CUDA_CHECK(cudaMemset(out.ptr, 0xff, size_t(blocks) * 97 * sizeof(float)));
     int clusters = 0;
-    CUDA_CHECK(sm90::max_active_clusters(&clusters, cluster_neighbour_kernel, dim3(blocks), dim3(16), 0, unsigned(n)));
+    CUDA_CHECK(sm90::max_active_clusters(&clusters, cluster_neighbour_kernel, dim3(16), 0, unsigned(n)));
     ASSERT_GT(clusters, 0) << n;
     CUDA_CHECK(sm90::launch_in_clusters(cluster_neighbour_kernel, dim3(blocks), dim3(16), 0, nullptr, unsigned(n), false, out.ptr, n));
     CUDA_CHECK_LAUNCH();
