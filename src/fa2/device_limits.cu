@@ -63,7 +63,8 @@ Status cluster_fits(const void* kernel, int cluster_size, int threads, int smem_
   }
   if (cluster_size > 8) FLASHATTN_CUDA_CHECK(what, sm90::allow_large_clusters(kernel));
   int clusters = 0;
-  FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(&clusters, kernel, dim3(unsigned(threads)), size_t(smem_bytes), unsigned(cluster_size)));
+  FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(&clusters, kernel, dim3(unsigned(threads)), size_t(smem_bytes),
+                                                       unsigned(cluster_size)));
   const std::lock_guard<std::mutex> lock(mutex);
   *fits = cache.emplace(key, clusters > 0).first->second;
   return {};
