@@ -67,7 +67,8 @@ score-matrix memory and the max |difference| of the outputs.
                                head packed into the rows of its tiles, for any seqlen_q; on the
                                chosen tiles), split_in_cluster=0|1 (sm90 decode tiles: the
                                splits of a row block merge in one cluster's shared memory,
-                               at most 16 of them); e.g.
+                               at most 16 of them), cluster_one_per_sm=0|1 (those CTAs one per
+                               SM where the grid fits the SMs); e.g.
                                base=1, or block_m=64,block_n=64 (calls the plan cannot run are
                                skipped, with the library's reason)
   --fa2-bwd-plan K=V[,K=V...]  with --backend fa2: the FA2 backward's plan (src/fa2/bwd_plan.h):

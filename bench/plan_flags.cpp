@@ -9,7 +9,7 @@ namespace {
 // Keys whose value is 0 or 1.
 const std::set<std::string>& flag_keys() {
   static const std::set<std::string> keys{"base",    "stage_pages", "pack_gqa_queries", "split_in_cluster",
-                                          "dq_bulk", "pingpong",    "tma_store"};
+                                          "cluster_one_per_sm", "dq_bulk", "pingpong", "tma_store"};
   return keys;
 }
 
@@ -34,7 +34,8 @@ std::string joined(const std::vector<std::string>& keys) {
 
 const std::vector<std::string>& plan_flag_keys(PlanFamily family) {
   static const std::vector<std::string> fa2_fwd{"base",        "block_m",          "block_n",         "warps",
-                                                "stage_pages", "pack_gqa_queries", "split_in_cluster"};
+                                                "stage_pages", "pack_gqa_queries", "split_in_cluster",
+                                                "cluster_one_per_sm"};
   static const std::vector<std::string> fa2_bwd{"block_m", "key_tiles", "stages", "dq_bulk"};
   static const std::vector<std::string> fa3_fwd{"block_n", "consumers", "pingpong", "tma_store", "section_mb"};
   static const std::vector<std::string> fa3_bwd{"section_mb", "section_wave", "tma_store", "row_stagger"};
@@ -83,6 +84,7 @@ fa2::FwdPlan apply_plan_flags(const PlanFlags& flags, const fa2::FwdPlan& chosen
   if (const auto it = v.find("stage_pages"); it != v.end()) plan.stage_pages = it->second == 1;
   if (const auto it = v.find("pack_gqa_queries"); it != v.end()) plan.pack_gqa_queries = it->second == 1;
   if (const auto it = v.find("split_in_cluster"); it != v.end()) plan.split_in_cluster = it->second == 1;
+  if (const auto it = v.find("cluster_one_per_sm"); it != v.end()) plan.cluster_one_per_sm = it->second == 1;
   return plan;
 }
 

@@ -34,11 +34,14 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
   auto kernel = fwd_kernel<Config>;
   // The kernel's shared-memory limit is the same for every call on a device (room for staged pages
   // wherever they fit, fwd_plan.h), so calls from several threads never race on it.
+  // (The decode tiles' limit also covers a cluster launch's reservation of half the SM: see below.)
   const bool pages_fit = Config::kSmemBytes + Config::kPagesSmemBytes <= limits.smem_optin;
   const int smem_bytes = Config::kSmemBytes + (plan.stage_pages ? Config::kPagesSmemBytes : 0);
+  const int one_per_sm_bytes = limits.smem_optin / 2 + 1;
+  const int smem_limit = std::max(Config::kSmemBytes + (pages_fit ? Config::kPagesSmemBytes : 0),
+                                  Config::kWarpsSplitKeys && limits.arch >= 90 ? one_per_sm_bytes : 0);
   FLASHATTN_CUDA_CHECK("fa2 fwd: raising the shared-memory limit",
-                 cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      Config::kSmemBytes + (pages_fit ? Config::kPagesSmemBytes : 0)));
+                       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit));
   // Packed query heads: G x seqlen_q rows per KV head, one CTA row per KV head.
   const QueryRowPack pack = Config::kPackGqa ? query_row_pack(p) : QueryRowPack{};
   const int64_t rows = Config::kPackGqa ? int64_t(pack.rows) : p.lens.seqlen_q;
@@ -58,16 +61,25 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
   }
   // Split in clusters (FwdPlan::split_in_cluster): the chosen count capped at a cluster's size
   // (a forced count above it splits through global memory), where the device holds one.
+  // Where the grid has no more CTAs than the GPU has SMs (FwdPlan::cluster_one_per_sm), each
+  // reserves over half an SM's shared memory: a cluster's CTAs could otherwise share the SMs of
+  // their GPC and leave others without one.
   bool in_cluster = false;
+  int launch_smem_bytes = smem_bytes;
   if (Config::kWarpsSplitKeys && plan.split_in_cluster && limits.arch >= 90 && splits > 1 &&
       (p.num_splits == 0 || splits <= kMaxClusterSplits)) {
     const int cluster_splits = std::min(splits, kMaxClusterSplits);
+    const int cluster_smem_bytes = plan.cluster_one_per_sm && row_blocks * cluster_splits * heads * p.batch <= limits.multiprocessors
+                                       ? std::max(smem_bytes, one_per_sm_bytes)
+                                       : smem_bytes;
     bool fits = false;
-    if (Status st = cluster_fits(reinterpret_cast<const void*>(kernel), cluster_splits, Config::kThreads, smem_bytes, &fits); !st.ok())
+    if (Status st = cluster_fits(reinterpret_cast<const void*>(kernel), cluster_splits, Config::kThreads, cluster_smem_bytes, &fits);
+        !st.ok())
       return st;
     if (fits) {
       in_cluster = true;
       splits = cluster_splits;
+      launch_smem_bytes = cluster_smem_bytes;
     }
   }
   if (row_blocks * splits > 0x7fffffff)
@@ -80,7 +92,7 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
     ws.splits = splits;
     ws.in_cluster = true;
     FLASHATTN_CUDA_CHECK("fa2 fwd: launch in clusters",
-                         sm90::launch_in_clusters(kernel, grid, dim3(Config::kThreads), size_t(smem_bytes), stream, unsigned(splits),
+                         sm90::launch_in_clusters(kernel, grid, dim3(Config::kThreads), size_t(launch_smem_bytes), stream, unsigned(splits),
                                                   true, p, ws, bool(plan.stage_pages), pack));
     return {};
   }

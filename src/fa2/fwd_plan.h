@@ -104,6 +104,8 @@ struct FwdPlan {
   // = 0 then takes at most that many splits. Where the device cannot hold such a cluster, the
   // call splits as without it.
   bool split_in_cluster = false;
+  // With split_in_cluster, on a grid of at most one CTA per SM: one CTA per SM (fwd_launch.cuh).
+  bool cluster_one_per_sm = true;
   friend bool operator==(const FwdPlan&, const FwdPlan&) = default;
 };
 
