@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "arch/sm90/launch_config.h"
+
 namespace flashattn::sm90 {
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -62,39 +64,16 @@ __device__ __forceinline__ float2 ld_cluster_f32x2(uint32_t cluster_addr) {
 template <typename... Params, typename... Args>
 cudaError_t launch_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                                unsigned cluster_x, bool dependent, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = cluster_x;
-  attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attributes;
-  config.numAttrs = dependent ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const LaunchConfig launch(grid, block, smem_bytes, stream, cluster_x, dependent);
+  return cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...);
 }
 
 // Host: how many clusters of cluster_x CTAs of `kernel` (a kernel or its const void* address) the
 // device can hold at once (0: none fits, so a launch in such clusters would fail).
 template <typename Kernel>
 cudaError_t max_active_clusters(int* clusters, Kernel kernel, dim3 block, size_t smem_bytes, unsigned cluster_x) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(cluster_x);
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster_x;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaOccupancyMaxActiveClusters(clusters, kernel, &config);
+  const LaunchConfig launch(dim3(cluster_x), block, smem_bytes, nullptr, cluster_x, false);
+  return cudaOccupancyMaxActiveClusters(clusters, kernel, &launch.config);
 }
 
 // Host: lets `kernel` run in clusters of up to 16 CTAs (8 without it).

@@ -10,6 +10,8 @@
 
 #include <utility>
 
+#include "arch/sm90/launch_config.h"
+
 namespace flashattn::sm90 {
 
 // Lets the dependent grid launch once every CTA of this grid has called it (or exited). Safe at any
@@ -33,17 +35,8 @@ __device__ __forceinline__ void wait_on_prerequisite_grids() {
 template <typename... Params, typename... Args>
 cudaError_t launch_maybe_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
                                    cudaStream_t stream, bool dependent, Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = dependent ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const LaunchConfig launch(grid, block, smem_bytes, stream, 0, dependent);
+  return cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace flashattn::sm90
