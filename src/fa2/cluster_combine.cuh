@@ -14,7 +14,7 @@
 
 #include "arch/sm80/math.cuh"
 #include "arch/sm90/cluster.cuh"
-#include "arch/sm90/wgmma.cuh"
+#include "arch/sm80/ldmatrix.cuh"
 
 namespace flashattn::fa2 {
 
@@ -35,6 +35,9 @@ template <typename Config, typename Store>
 __device__ __forceinline__ void merge_cluster_splits(const float (&o)[1][Config::kNTilesO][4], const float (&row_max)[2],
                                                      const float (&row_sum)[2], unsigned char* space, int splits, int rows_here,
                                                      int lane, Store store) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // a cluster launch running pre-sm90 code: the shares could not meet (fwd_launch.cuh)
+#endif
   constexpr int kHeadDim = Config::kHeadDim, kUnitsPerRow = kHeadDim / 4;
   constexpr float kLn2 = 0.6931471805599453f;
   using Partial = ClusterPartial<kHeadDim>;
@@ -55,7 +58,7 @@ __device__ __forceinline__ void merge_cluster_splits(const float (&o)[1][Config:
   sm90::cluster_sync();  // every CTA's share written
 
   const int rank = int(sm90::cluster_rank());
-  const uint32_t base = sm90::smem_u32(own);
+  const uint32_t base = sm80::smem_address(own);
 #pragma unroll 1
   for (int u = rank + splits * lane; u < rows_here * kUnitsPerRow; u += splits * 32) {
     const int row = u / kUnitsPerRow, col = (u % kUnitsPerRow) * 4;

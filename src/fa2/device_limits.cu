@@ -46,27 +46,26 @@ Status device_limits(DeviceLimits* limits, const char* what) {
   return {};
 }
 
-Status cluster_fits(const void* kernel, int cluster_size, int threads, int smem_bytes, bool* fits) {
+Status cluster_capacity(const void* kernel, int cluster_size, int threads, int smem_bytes, int* clusters) {
   const char* what = "fa2: asking the device for clusters";
   int device = 0;
   FLASHATTN_CUDA_CHECK(what, cudaGetDevice(&device));
   using Key = std::tuple<int, const void*, int, int, int>;
   const Key key{device, kernel, cluster_size, threads, smem_bytes};
   static std::mutex mutex;
-  static std::map<Key, bool> cache;
+  static std::map<Key, int> cache;
   {
     const std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = cache.find(key); it != cache.end()) {
-      *fits = it->second;
+      *clusters = it->second;
       return {};
     }
   }
-  if (cluster_size > 8) FLASHATTN_CUDA_CHECK(what, sm90::allow_large_clusters(kernel));
-  int clusters = 0;
-  FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(&clusters, kernel, dim3(unsigned(threads)), size_t(smem_bytes),
+  int count = 0;
+  FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(&count, kernel, dim3(unsigned(threads)), size_t(smem_bytes),
                                                        unsigned(cluster_size)));
   const std::lock_guard<std::mutex> lock(mutex);
-  *fits = cache.emplace(key, clusters > 0).first->second;
+  *clusters = cache.emplace(key, count).first->second;
   return {};
 }
 

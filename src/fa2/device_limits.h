@@ -32,10 +32,12 @@ inline DeviceLimits as_sm80_build(DeviceLimits limits) {
 // that cache afterwards. `what` names the caller in errors.
 Status device_limits(DeviceLimits* limits, const char* what);
 
-// Whether the current device can hold one cluster of cluster_size CTAs of `kernel` (threads and
-// dynamic shared memory per CTA as given), allowing clusters of more than 8 CTAs first: asked once
-// per (device, kernel, cluster size, threads, shared memory) and served from a cache afterwards
-// (thread-safe), since the query costs host time a decode step would otherwise pay per call.
-Status cluster_fits(const void* kernel, int cluster_size, int threads, int smem_bytes, bool* fits);
+// How many clusters of cluster_size CTAs of `kernel` (threads and dynamic shared memory per CTA
+// as given) the current device holds at once (0: none, so a launch in such clusters would fail);
+// the kernel's non-portable cluster size must be allowed first (sm90::allow_large_clusters) for
+// more than 8. Asked once per (device, kernel, cluster size, threads, shared memory) and served
+// from a cache afterwards (thread-safe): the query costs host time a decode step would otherwise
+// pay per call.
+Status cluster_capacity(const void* kernel, int cluster_size, int threads, int smem_bytes, int* clusters);
 
 }  // namespace flashattn::fa2

@@ -60,27 +60,33 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
                                 limits.multiprocessors, resident, Config::kWarpsSplitKeys});
   }
   // Split in clusters (FwdPlan::split_in_cluster): the chosen count capped at a cluster's size
-  // (a forced count above it splits through global memory), where the device holds one.
-  // Where the grid has no more CTAs than the GPU has SMs (FwdPlan::cluster_one_per_sm), each
-  // reserves over half an SM's shared memory: a cluster's CTAs could otherwise share the SMs of
-  // their GPC and leave others without one.
+  // (a forced count above it splits through global memory), where the device holds one. Where
+  // the grid has no more CTAs than the GPU has SMs (FwdPlan::cluster_one_per_sm) and the GPCs
+  // then hold every cluster at once (a cluster's CTAs share one GPC), each CTA reserves over
+  // half an SM's shared memory, so that no two share an SM while others stay idle.
   bool in_cluster = false;
   int launch_smem_bytes = smem_bytes;
   if (Config::kWarpsSplitKeys && plan.split_in_cluster && limits.arch >= 90 && splits > 1 &&
       (p.num_splits == 0 || splits <= kMaxClusterSplits)) {
     const int cluster_splits = std::min(splits, kMaxClusterSplits);
-    const int cluster_smem_bytes = plan.cluster_one_per_sm && row_blocks * cluster_splits * heads * p.batch <= limits.multiprocessors
-                                       ? std::max(smem_bytes, one_per_sm_bytes)
-                                       : smem_bytes;
-    bool fits = false;
-    if (Status st = cluster_fits(reinterpret_cast<const void*>(kernel), cluster_splits, Config::kThreads, cluster_smem_bytes, &fits);
-        !st.ok())
-      return st;
-    if (fits) {
-      in_cluster = true;
-      splits = cluster_splits;
-      launch_smem_bytes = cluster_smem_bytes;
-    }
+    if (cluster_splits > 8) FLASHATTN_CUDA_CHECK("fa2 fwd: allowing 16-CTA clusters", sm90::allow_large_clusters(kernel));
+    const int64_t grid_clusters = row_blocks * heads * p.batch;
+    const auto holds = [&](int bytes, int64_t wanted) -> Status {
+      int clusters = 0;
+      if (Status st = cluster_capacity(reinterpret_cast<const void*>(kernel), cluster_splits, Config::kThreads, bytes, &clusters);
+          !st.ok())
+        return st;
+      if (!in_cluster && clusters >= wanted) {
+        in_cluster = true;
+        launch_smem_bytes = bytes;
+      }
+      return {};
+    };
+    if (plan.cluster_one_per_sm && grid_clusters * cluster_splits <= limits.multiprocessors)
+      if (Status st = holds(std::max(smem_bytes, one_per_sm_bytes), grid_clusters); !st.ok()) return st;
+    if (!in_cluster)
+      if (Status st = holds(smem_bytes, 1); !st.ok()) return st;
+    if (in_cluster) splits = cluster_splits;
   }
   if (row_blocks * splits > 0x7fffffff)
     return Status::error(ErrorCode::Unsupported, "q", "fa2 fwd: too many row blocks for one launch");

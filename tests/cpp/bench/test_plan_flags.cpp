@@ -82,6 +82,9 @@ TEST(BenchPlanFlags, PackGqaQueriesSetsItsField) {
   clustered.split_in_cluster = true;
   EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "split_in_cluster=1"), chosen, base), clustered);
   EXPECT_NE(refusal(PlanFamily::Fa2Fwd, "split_in_cluster=3").find("0 or 1"), std::string::npos);
+  fa2::FwdPlan shared_sms = clustered;
+  shared_sms.cluster_one_per_sm = false;
+  EXPECT_EQ(apply_plan_flags(parsed(PlanFamily::Fa2Fwd, "split_in_cluster=1,cluster_one_per_sm=0"), chosen, base), shared_sms);
   EXPECT_NE(refusal(PlanFamily::Fa2Fwd, "pack_gqa_queries=2").find("0 or 1"), std::string::npos);
   EXPECT_NE(refusal(PlanFamily::Fa2Bwd, "pack_gqa_queries=1").find("KEY=VALUE"), std::string::npos);
 }

@@ -1,6 +1,9 @@
 // FA2 fwd_kvcache (append + rotary + paged/dense cache + split-KV) and the device combine against
 // the naive reference. Skips without a GPU.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include <vector>
 
 #include "device_mirror.h"
 #include "forced_plans.h"
@@ -107,11 +110,54 @@ std::vector<KvCase> cluster_split_cases() {
   return cases;
 }
 
+// The call as a CUDA graph captured on a stream of its own, then run: *kernels counts the graph's
+// kernel nodes (the cluster path launches no combine kernel after the forward).
+gpu_test::DeviceKvCache captured(gpu_test::DeviceKvCache call, int* kernels) {
+  return [call, kernels](const KvCacheParams& d) -> Status {
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    KvCacheParams on_stream = d;
+    on_stream.stream = stream;
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+    const Status st = call(on_stream);
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    *kernels = 0;
+    size_t count = 0;
+    CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    if (count > 0) CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+      *kernels += type == cudaGraphNodeTypeKernel;
+    }
+    if (st.ok()) {
+      cudaGraphExec_t exec;
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaGraphExecDestroy(exec));
+    }
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return st;
+  };
+}
+
 class Fa2KvCacheClusterSplits : public ::testing::TestWithParam<KvCase> {};
 
 TEST_P(Fa2KvCacheClusterSplits, MatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  check_kvcache_case(GetParam(), Backend::Fa2, gpu_test::on_device(gpu_test::fa2_kvcache_with(splits_in_clusters())));
+  const KvCase& c = GetParam();
+  int kernels = -1;
+  check_kvcache_case(c, Backend::Fa2, gpu_test::on_device(captured(gpu_test::fa2_kvcache_with(splits_in_clusters()), &kernels)));
+  // A forced count of 2..16 on sm90's decode tiles (one query, d64/d128, plain scores: the Splits
+  // cases) runs in clusters: the forward alone, after the append kernel where keys are appended.
+  const bool decode_tiles = c.seqlen_q == 1 && c.head_dim <= 128 && c.dv() <= 128 && c.softcap == 0.f && c.alibi == 0 &&
+                            !c.softmax_scale && (c.dtype == DType::BF16 || c.dtype == DType::F16);
+  if (gpu_test::fa2_limits().arch >= 90 && decode_tiles && c.num_splits >= 2 && c.num_splits <= fa2::kMaxClusterSplits)
+    EXPECT_EQ(kernels, 1 + (c.seqlen_new > 0)) << "kernel launches of a call split in clusters";
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, Fa2KvCacheClusterSplits, ::testing::ValuesIn(gpu_kv_cases()), ParamTestName());
