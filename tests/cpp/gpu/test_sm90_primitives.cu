@@ -574,6 +574,14 @@ __global__ void cluster_neighbour_kernel(float* out, int n) {
 TEST(Sm90Primitives, ClusterCtasReadTheirNeighboursSharedMemory) {
   SKIP_WITHOUT_SM90();
   CUDA_CHECK(sm90::allow_large_clusters(cluster_neighbour_kernel));
+  // Reported, not asserted: how many 16-CTA clusters the GPU holds at once with one CTA per SM
+  // (over half an SM's shared memory each) and with up to three (the split decode's choice).
+  CUDA_CHECK(cudaFuncSetAttribute(cluster_neighbour_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 120 * 1024));
+  for (const int kb : {70, 120}) {
+    int clusters = 0;
+    CUDA_CHECK(sm90::max_active_clusters(&clusters, cluster_neighbour_kernel, dim3(128), size_t(kb) * 1024, 16u));
+    RecordProperty("clusters_of_16_at_" + std::to_string(kb) + "_kb", std::to_string(clusters));
+  }
   for (int n : {2, 4, 8, 11, 16}) {
     const int blocks = 3 * n;
     DeviceArray<float> out(size_t(blocks) * 97);
