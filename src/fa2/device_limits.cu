@@ -25,25 +25,32 @@ Status query_limits(int device, DeviceLimits* limits, const char* what) {
   return {};
 }
 
+// *out = cache[key], asking query(&value) on a miss and keeping its answer (a failed query is not
+// cached: the next call asks again). Thread-safe through `mutex`; the query runs unlocked.
+template <typename Key, typename Value, typename Query>
+Status cached(std::mutex& mutex, std::map<Key, Value>& cache, const Key& key, Value* out, Query query) {
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cache.find(key); it != cache.end()) {
+      *out = it->second;
+      return {};
+    }
+  }
+  Value read{};
+  if (Status st = query(&read); !st.ok()) return st;
+  const std::lock_guard<std::mutex> lock(mutex);
+  *out = cache.emplace(key, read).first->second;
+  return {};
+}
+
 }  // namespace
 
 Status device_limits(DeviceLimits* limits, const char* what) {
   int device = 0;
   FLASHATTN_CUDA_CHECK(what, cudaGetDevice(&device));
   static std::mutex mutex;
-  static std::map<int, DeviceLimits> cache;  // a failed query is not cached: the next call asks again
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = cache.find(device); it != cache.end()) {
-      *limits = it->second;
-      return {};
-    }
-  }
-  DeviceLimits read;
-  if (Status st = query_limits(device, &read, what); !st.ok()) return st;
-  const std::lock_guard<std::mutex> lock(mutex);
-  *limits = cache.emplace(device, read).first->second;
-  return {};
+  static std::map<int, DeviceLimits> cache;
+  return cached(mutex, cache, device, limits, [&](DeviceLimits* read) { return query_limits(device, read, what); });
 }
 
 Status cluster_capacity(const void* kernel, int cluster_size, int threads, int smem_bytes, int* clusters) {
@@ -54,19 +61,11 @@ Status cluster_capacity(const void* kernel, int cluster_size, int threads, int s
   const Key key{device, kernel, cluster_size, threads, smem_bytes};
   static std::mutex mutex;
   static std::map<Key, int> cache;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (const auto it = cache.find(key); it != cache.end()) {
-      *clusters = it->second;
-      return {};
-    }
-  }
-  int count = 0;
-  FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(&count, kernel, dim3(unsigned(threads)), size_t(smem_bytes),
-                                                       unsigned(cluster_size)));
-  const std::lock_guard<std::mutex> lock(mutex);
-  *clusters = cache.emplace(key, count).first->second;
-  return {};
+  return cached(mutex, cache, key, clusters, [&](int* count) -> Status {
+    FLASHATTN_CUDA_CHECK(what, sm90::max_active_clusters(count, kernel, dim3(unsigned(threads)), size_t(smem_bytes),
+                                                         unsigned(cluster_size)));
+    return {};
+  });
 }
 
 }  // namespace flashattn::fa2
