@@ -66,8 +66,9 @@ score-matrix memory and the max |difference| of the outputs.
                                pack_gqa_queries=0|1 (the query heads of a KV
                                head packed into the rows of its tiles, for any seqlen_q; on the
                                chosen tiles), split_in_cluster=0|1 (sm90 decode tiles: the
-                               splits of a row block merge in one cluster's shared memory,
-                               at most 16 of them), cluster_one_per_sm=0|1 (those CTAs one per
+                               splits of a row block merge in one cluster's shared memory:
+                               a forced count of 2-16, or the rule's above 16, capped),
+                               cluster_one_per_sm=0|1 (those CTAs one per
                                SM where the grid fits the SMs); e.g.
                                base=1, or block_m=64,block_n=64 (calls the plan cannot run are
                                skipped, with the library's reason)

@@ -59,15 +59,16 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, const DeviceLimits& lim
     splits = choose_fwd_splits({row_blocks * heads * p.batch, p.lens.seqlen_k, Config::kBlockN,
                                 limits.multiprocessors, resident, Config::kWarpsSplitKeys});
   }
-  // Split in clusters (FwdPlan::split_in_cluster): the chosen count capped at a cluster's size
-  // (a forced count above it splits through global memory), where the device holds one. Where
+  // Split in clusters (FwdPlan::split_in_cluster): a forced count of at most a cluster's size, or
+  // the rule's count where it is above that, capped at it (a forced count above it splits
+  // through global memory), where the device holds one. Where
   // the grid has no more CTAs than the GPU has SMs (FwdPlan::cluster_one_per_sm) and the GPCs
   // then hold every cluster at once (a cluster's CTAs share one GPC), each CTA reserves over
   // half an SM's shared memory, so that no two share an SM while others stay idle.
   bool in_cluster = false;
   int launch_smem_bytes = smem_bytes;
   if (Config::kWarpsSplitKeys && plan.split_in_cluster && limits.arch >= 90 && splits > 1 &&
-      (p.num_splits == 0 || splits <= kMaxClusterSplits)) {
+      (p.num_splits == 0 ? splits > kMaxClusterSplits : splits <= kMaxClusterSplits)) {
     const int cluster_splits = std::min(splits, kMaxClusterSplits);
     if (cluster_splits > 8) FLASHATTN_CUDA_CHECK("fa2 fwd: allowing 16-CTA clusters", sm90::allow_large_clusters(kernel));
     const int64_t grid_clusters = row_blocks * heads * p.batch;

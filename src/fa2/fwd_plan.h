@@ -100,9 +100,12 @@ struct FwdPlan {
   bool pack_gqa_queries = false;
   // Split-KV calls on the key-split decode tiles (sm90): the splits of a row block run as one
   // thread-block cluster of at most kMaxClusterSplits CTAs and merge in its shared memory
-  // (fa2/cluster_combine.cuh) instead of through float partials and a combine kernel; num_splits
-  // = 0 then takes at most that many splits. Where the device cannot hold such a cluster, the
-  // call splits as without it.
+  // (fa2/cluster_combine.cuh) instead of through float partials and a combine kernel. A forced
+  // count of 2..kMaxClusterSplits runs so; with num_splits = 0 only a count the split rule puts
+  // above kMaxClusterSplits, then capped at it (where the cap cuts the count it measured faster;
+  // at an unchanged count, slower: docs/PERF.md). Where the device cannot hold such a cluster,
+  // the call splits as without it. Off in the default plans until the default-plan suites have
+  // run with it (branch decode-cluster-on: on for sm90 caches without pages).
   bool split_in_cluster = false;
   // With split_in_cluster, on a grid of at most one CTA per SM: one CTA per SM (fwd_launch.cuh).
   bool cluster_one_per_sm = true;

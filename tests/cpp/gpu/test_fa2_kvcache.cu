@@ -75,10 +75,11 @@ INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCachePackedQueries, ::testing::Values
 // The speculative shapes on the default plans too (their NaN past the cache included).
 INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCache, ::testing::ValuesIn(speculative_kv_cases()), ParamTestName());
 
-// Split-KV in thread-block clusters (FwdPlan::split_in_cluster, sm90's decode tiles; forced
-// until it has run here): the KV-cache sweep, the speculative shapes, and caches of 32 key tiles
-// split 2 to 16 ways and automatically (capped at 16), some splits without keys, ragged lengths,
-// NaN past them, dense and paged, d64 and d128, GQA 1/4/8; 20 splits go through global memory.
+// Split-KV in thread-block clusters (FwdPlan::split_in_cluster, sm90's decode tiles; forced on,
+// as the default plans do not take it yet): the KV-cache sweep, the speculative shapes, and caches of 32 key tiles
+// split 2 to 16 ways and automatically, some splits without keys, ragged lengths, NaN past them,
+// dense and paged, d64 and d128, GQA 1/4/8; 20 splits go through global memory; long caches
+// whose automatic count the cap of 16 cuts.
 gpu_test::Fa2FwdChoice splits_in_clusters() {
   return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
     fa2::FwdPlan plan = fa2::fwd_plan(call, limits);
@@ -107,6 +108,21 @@ std::vector<KvCase> cluster_split_cases() {
       cases.push_back(c);
       ++i;
     }
+  // Automatic counts above a cluster (long caches, few row blocks): the default plan's case on
+  // sm90, the rule's count capped at 16.
+  for (int capacity : {5000, 8192, 20000}) {
+    KvCase c;
+    c.batch = 1;
+    c.heads_k = capacity == 8192 ? 2 : 1;
+    c.heads_q = c.heads_k * (capacity == 5000 ? 1 : 4);
+    c.capacity = capacity;
+    c.head_dim = capacity == 20000 ? 64 : 128;
+    c.seqlen_new = capacity == 8192 ? 1 : 0;
+    c.nan_past_cache = true;
+    c.dtype = DType::BF16;
+    c.seed = 3100 + capacity;
+    cases.push_back(c);
+  }
   return cases;
 }
 
