@@ -104,8 +104,7 @@ struct FwdPlan {
   // count of 2..kMaxClusterSplits runs so; with num_splits = 0 only a count the split rule puts
   // above kMaxClusterSplits, then capped at it (where the cap cuts the count it measured faster;
   // at an unchanged count, slower: docs/PERF.md). Where the device cannot hold such a cluster,
-  // the call splits as without it. Off in the default plans until the default-plan suites have
-  // run with it (branch decode-cluster-on: on for sm90 caches without pages).
+  // the call splits as without it. fwd_plan takes it on sm90 for caches without pages.
   bool split_in_cluster = false;
   // With split_in_cluster, on a grid of at most one CTA per SM: one CTA per SM (fwd_launch.cuh).
   bool cluster_one_per_sm = true;
@@ -163,7 +162,8 @@ inline FwdPlan fwd_base_plan(const AttnProblem& call, const DeviceLimits& limits
 // The plan of a call without packed query heads (fwd_plan packs them where that pays), on a
 // device with these limits. Plain scores also take:
 // - decoding (at most 16 query rows per head after pack-GQA): the decode tiles, 16 x 64 with the
-//   warps splitting the keys at d64 and d128 (d32 runs the d64 one, d96 the d128 one), 64 x 64 at
+//   warps splitting the keys at d64 and d128 (d32 runs the d64 one, d96 the d128 one; on sm90
+//   without pages, long caches split in clusters: FwdPlan::split_in_cluster), 64 x 64 at
 //   d256, whose 165 KB are more than sm80's and sm86's opt-in, where the base tiles take the call;
 // - d256 at 128 x 64 with 8 warps where the GPU has the 198 KB (sm90; faster than 64 x 32 there,
 //   docs/PERF.md): half the key tiles per row block, twice the keys per barrier.
@@ -181,8 +181,13 @@ inline FwdPlan fwd_plan_rows(const AttnProblem& call, const DeviceLimits& limits
     return plan;
   };
   if (fwd_kernel_rows(call) <= 16) {
-    if (dim <= 64) return with_tiles(64, 16, 64, 4);
-    if (dim <= 128) return with_tiles(128, 16, 64, 4);
+    if (dim <= 128) {
+      FwdPlan decode = with_tiles(dim <= 64 ? 64 : 128, 16, 64, 4);
+      // sm90 caches without pages: the splits of a long cache merge in clusters (measured faster
+      // where the cap cuts the count; paged caches measured slower, docs/PERF.md).
+      decode.split_in_cluster = limits.arch >= 90 && call.k.block_table == nullptr;
+      return decode;
+    }
     const FwdPlan decode = with_tiles(256, 64, 64, 4);
     if (fwd_smem_bytes(decode) <= limits.smem_optin) return decode;
   }

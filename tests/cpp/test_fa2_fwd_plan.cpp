@@ -16,7 +16,8 @@ namespace flashattn::fa2 {
 std::ostream& operator<<(std::ostream& os, const FwdPlan& p) {
   return os << "{d" << p.head_dim << " " << p.block_m << "x" << p.block_n << " " << p.warps << " warps"
             << (p.dropout ? " dropout" : "") << (p.general_score ? " general" : " plain")
-            << (p.stage_pages ? " staged pages" : "") << (p.pack_gqa_queries ? " packed query heads" : "") << "}";
+            << (p.stage_pages ? " staged pages" : "") << (p.pack_gqa_queries ? " packed query heads" : "")
+            << (p.split_in_cluster ? " splits in clusters" : "") << "}";
 }
 
 namespace {
@@ -79,13 +80,21 @@ TEST(Fa2FwdPlan, D256TakesTheWideTilesOnSm90Only) {
     }
 }
 
+FwdPlan in_clusters(FwdPlan p) {
+  p.split_in_cluster = true;
+  return p;
+}
+
 // At most 16 query rows per head (after pack-GQA): the decode tiles (16 x 64 with key-split warps
-// up to d128; d256's 64 x 64 only where its 165 KB fit, sm90: sm80 and sm86 keep the base tiles).
+// up to d128, their splits in clusters on sm90; d256's 64 x 64 only where its 165 KB fit, sm90:
+// sm80 and sm86 keep the base tiles).
 TEST(Fa2FwdPlan, DecodingTakesTheDecodeTiles) {
   const std::tuple<int, FwdPlan, FwdPlan> cases[] = {
       // d, H200, A100 / sm86 / the sm80 build
-      {32, tiles(64, 16, 64, 4), tiles(64, 16, 64, 4)},      {64, tiles(64, 16, 64, 4), tiles(64, 16, 64, 4)},
-      {96, tiles(128, 16, 64, 4), tiles(128, 16, 64, 4)},    {128, tiles(128, 16, 64, 4), tiles(128, 16, 64, 4)},
+      {32, in_clusters(tiles(64, 16, 64, 4)), tiles(64, 16, 64, 4)},
+      {64, in_clusters(tiles(64, 16, 64, 4)), tiles(64, 16, 64, 4)},
+      {96, in_clusters(tiles(128, 16, 64, 4)), tiles(128, 16, 64, 4)},
+      {128, in_clusters(tiles(128, 16, 64, 4)), tiles(128, 16, 64, 4)},
       {160, tiles(256, 64, 64, 4), tiles(160, 64, 32, 4)},   {192, tiles(256, 64, 64, 4), tiles(192, 64, 32, 4)},
       {224, tiles(256, 64, 64, 4), tiles(224, 64, 32, 4)},   {256, tiles(256, 64, 64, 4), tiles(256, 64, 32, 4)},
   };
@@ -156,6 +165,8 @@ TEST(Fa2FwdPlan, PagedCallsStagePagesWhereTheyFit) {
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 1, 4096, 32, 8)), kH200), staged(tiles(256, 64, 64, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kA100), staged(tiles(256, 64, 32, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(128, 1, 4096, 32, 8)), kSm86), staged(tiles(128, 16, 64, 4)));
+  // (paged decode splits through global memory on sm90 too: in clusters it measured slower)
+  EXPECT_EQ(fwd_plan(paged(plan_call(128, 1, 4096, 32, 8)), kH200), staged(tiles(128, 16, 64, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(224, 512, 4096)), kSm86), staged(tiles(224, 64, 32, 4)));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 512, 4096)), kSm86), tiles(256, 64, 32, 4));
   EXPECT_EQ(fwd_plan(paged(plan_call(256, 1, 4096, 32, 8)), kSm86), tiles(256, 64, 32, 4));
