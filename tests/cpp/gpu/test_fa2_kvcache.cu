@@ -112,7 +112,7 @@ std::vector<KvCase> cluster_split_cases() {
   // sm90, the rule's count capped at 16.
   for (int capacity : {5000, 8192, 20000}) {
     KvCase c;
-    c.batch = 1;
+    c.batch = 2;  // sequence 0 empty (its slots poisoned), sequence 1 full
     c.heads_k = capacity == 8192 ? 2 : 1;
     c.heads_q = c.heads_k * (capacity == 5000 ? 1 : 4);
     c.capacity = capacity;
