@@ -39,7 +39,7 @@ for ((round = 1; round <= rounds; ++round)); do
       entry="${entries[round % 2 == 1 ? e : ${#entries[@]} - 1 - e]}"
       name="${entry%%=*}" bin="${entry#*=}"
       value=$("$bin" --repeats 20 "${args[@]}" 2>&1 |
-        awk -v k="$from_end" '/^(auto|fa2|fa3|cpu) / {v = $(NF - k)} END {print v == "" ? "failed" : v}')
+        awk -v k="$from_end" '/^(auto|fa2|fa3|cpu)[ (]/ {v = $(NF - k)} END {print v == "" ? "failed" : v}')
       printf '%s\t%s\t%s\t%s\n' "$name" "${args[*]}" "$round" "$value" >>"$raw"
     done
   done
