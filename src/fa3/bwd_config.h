@@ -35,8 +35,13 @@ struct BwdConfig {
   // step's rows, P^T and dS^T meet in shared memory, and each accumulates dK, dV and dQ for its
   // half of the columns, adding dQ straight from registers (no room to stage it).
   static constexpr bool kWide = kHeadDim > 128;
-  static constexpr int kBlockN = kWide ? 64 : 64 * kConsumers;  // keys per CTA
-  static constexpr int kStages = 2;                // Q and dO rings
+  // Rows on the wgmma M side (BwdVariant::rows_on_m, bwd_consumer_rows.cuh): 80 keys, 40 per
+  // warpgroup for S and dP; dK, dV and dQ split by columns as kWide. Its shared memory holds one
+  // dO stage.
+  static constexpr bool kRowsOnM = kVariant.rows_on_m;
+  static constexpr int kBlockN = kRowsOnM ? 80 : kWide ? 64 : 64 * kConsumers;  // keys per CTA
+  static constexpr int kStages = 2;                // Q ring
+  static constexpr int kDoStages = kRowsOnM ? 1 : kStages;  // dO ring
   static constexpr int kDsStages = 2;              // dS tiles: a step's writes never meet the last step's dQ reads
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Steps of 128 rows (d64): S^T and dP^T take 128 of a consumer's registers. Plain scores only
@@ -47,8 +52,9 @@ struct BwdConfig {
   // at most (a larger increase never returns). 128-row steps take 240 (40 + 2 x 232 measured the
   // same; docs/PERF.md, twentieth session); the 64-row kernels keep slack (24 + 2 x 240 measured
   // no faster).
-  static constexpr int kConsumerRegisters = kTallSteps ? 240 : 232;
-  static constexpr int kProducerRegisters = kTallSteps ? 24 : 32;
+  // Rows on M (dK^T and dV^T 160 registers, dQ slices 32 more) take 240 too.
+  static constexpr int kConsumerRegisters = kTallSteps || kRowsOnM ? 240 : 232;
+  static constexpr int kProducerRegisters = kTallSteps || kRowsOnM ? 24 : 32;
   static constexpr int kColumnBlocks = kHeadDim / 64;
   // dQ = dS K of a step (kBlockM x kHeadDim) in chunks of 64 rows x kDqCols columns, one per
   // consumer warpgroup: 64-row blocks of the step's rows, then column slices (d128: the two
@@ -74,18 +80,20 @@ struct BwdConfig {
   static constexpr int kOffsetV = kKBytes;
   static constexpr int kOffsetQ = 2 * kKBytes;
   static constexpr int kOffsetDo = kOffsetQ + kStages * kQBytes;
-  static constexpr int kOffsetDs = kOffsetDo + kStages * kQBytes;
+  static constexpr int kOffsetDs = kOffsetDo + kDoStages * kQBytes;
   static constexpr int kOffsetP = kOffsetDs + kDsStages * kDsBytes;
   static constexpr int kOffsetDq = kOffsetP + kDsStages * kPBytes;
   static constexpr int kOffsetLse = kOffsetDq + kConsumers * kDqBytes;
   static constexpr int kOffsetDelta = kOffsetLse + kStages * kRowBytes;
-  static constexpr int kOffsetBarriers = kOffsetDelta + kStages * kRowBytes;
+  static constexpr int kOffsetBarriers = kOffsetDelta + kDoStages * kRowBytes;
   static constexpr int kSmemBytes = kOffsetBarriers + 256 /*barriers*/ + 1024 /*alignment*/;
 
   static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kDqCols % 64 == 0 && kHeadDim % kDqCols == 0, "tile shape");
   static_assert(kDqRowBlocks * kDqColChunks == (kDqOneChunk ? 1 : kConsumers), "one dQ chunk per consumer warpgroup");
   static_assert(!kDqAlternate || kDqOneChunk, "alternate dQ: steps of one 64 x 64 chunk (d64, 64 rows)");
   static_assert(!kDqOverlap || kWide, "overlapped dQ slices: the wide consumer");
+  static_assert(!kRowsOnM || (kHeadDim == 256 && kBlockM == 64 && !kGeneralScore_ && kVariant.dq == BwdDq::Default),
+                "rows on M: d256, 64-row steps, plain scores (its dQ slices always overlap dV and dK)");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box has at most 256 rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };

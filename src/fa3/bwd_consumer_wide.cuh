@@ -34,9 +34,9 @@ namespace flashattn::fa3 {
 
 // This warpgroup's dQ chunk added to the workspace: thread t's accumulators 4k .. 4k + 3 are
 // the float4 at (128 k + t) * 4 of the chunk (bwd_dq_layout.h). `slice`: which of the chunk's
-// 64-column halves dq holds (the dQ GEMM runs in two: the whole chunk's 64 accumulators beside
-// dK's and dV's spill). In the deterministic mode the dQ writer warps keep the order
-// (bwd_order_dq_wide): both warpgroups wait for the go before the first slice, and tell the
+// column slices of 2 kRegs columns dq holds (the dQ GEMM runs in slices: the whole chunk's 64
+// accumulators beside dK's and dV's spill). In the deterministic mode the dQ writer warps keep the
+// order (bwd_order_dq_wide): both warpgroups wait for the go before the first slice, and tell the
 // writers after the last (no fence here: the counting writer's fence releases these adds).
 template <typename Config, int kRegs>
 __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBlock& blk, int h, int row0, int col0, int slice,
@@ -51,7 +51,7 @@ __device__ __forceinline__ void bwd_add_dq_wide(const BwdArgs& args, const BwdBl
     const float4 v = make_float4(dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
     sm90::red_add_v4_at<k * 512 * 4>(chunk, v);
   });
-  if (args.deterministic && slice == 1) sm90::named_barrier_arrive(kBwdDqDoneBarrier, kBwdDqOrderThreads);
+  if (args.deterministic && slice == Config::kDqCols / (2 * kRegs) - 1) sm90::named_barrier_arrive(kBwdDqDoneBarrier, kBwdDqOrderThreads);
 }
 
 template <typename Config>

@@ -59,6 +59,27 @@ __device__ __forceinline__ void bwd_store_dk_dv_registers(const BwdArgs& args, c
   }
 }
 
+// After both consumer warpgroups have staged their parts of dK and dV in the K and V tiles: one
+// thread stores the tiles with TMA stores (column blocks of kBlockN rows x 64 columns).
+template <typename Config>
+__device__ __forceinline__ void bwd_store_dk_dv_tiles(const BwdMaps& maps, const BwdBlock& blk, const BwdSmem<Config>& sm) {
+  constexpr int kTileBytes = Config::kBlockN * 128;
+  const uint32_t dk_tile = sm.addr(0), dv_tile = sm.addr(Config::kOffsetV);
+  sm90::fence_async_shared();
+  sm90::named_barrier_sync(kBwdEpilogueBarrier, kBwdConsumerThreads);
+  if (threadIdx.x == 128) {
+#pragma unroll 1
+    for (int c = 0; c < Config::kColumnBlocks; ++c) {
+      sm90::tma_store_4d(&maps.dk, reinterpret_cast<const void*>(__cvta_shared_to_generic(dk_tile + c * kTileBytes)), 64 * c, blk.hk,
+                         blk.key0, blk.b);
+      sm90::tma_store_4d(&maps.dv, reinterpret_cast<const void*>(__cvta_shared_to_generic(dv_tile + c * kTileBytes)), 64 * c, blk.hk,
+                         blk.key0, blk.b);
+    }
+    sm90::tma_store_commit();
+    sm90::tma_store_wait_read();  // the shared memory stays the CTA's until the stores have read it
+  }
+}
+
 // The TMA path: this warpgroup's accumulators (kRegs / 2 columns from col0, keys from row0 of the
 // block) into the K (dK) and V (dV) tiles, which have the dk and dv maps' box layout: column
 // blocks of kBlockN rows x 64 columns, 128-byte swizzled. Rows past the sequence (or past the
@@ -91,19 +112,64 @@ __device__ __forceinline__ void bwd_store_dk_dv_tma(const BwdMaps& maps, const B
       sm90::st_shared_zero16(dv_tile + offset);
     }
   }
-  sm90::fence_async_shared();
-  sm90::named_barrier_sync(kBwdEpilogueBarrier, kBwdConsumerThreads);
-  if (threadIdx.x == 128) {
-#pragma unroll 1
-    for (int c = 0; c < Config::kColumnBlocks; ++c) {
-      sm90::tma_store_4d(&maps.dk, reinterpret_cast<const void*>(__cvta_shared_to_generic(dk_tile + c * kTileBytes)), 64 * c, blk.hk,
-                         blk.key0, blk.b);
-      sm90::tma_store_4d(&maps.dv, reinterpret_cast<const void*>(__cvta_shared_to_generic(dv_tile + c * kTileBytes)), 64 * c, blk.hk,
-                         blk.key0, blk.b);
-    }
-    sm90::tma_store_commit();
-    sm90::tma_store_wait_read();  // the shared memory stays the CTA's until the stores have read it
+  bwd_store_dk_dv_tiles<Config>(maps, blk, sm);
+}
+
+// Rows on M (bwd_consumer_rows.cuh): this warpgroup's dK^T and dV^T, columns col0 .. col0 + 127
+// on the M side in two 64-column blocks t, the block's kBlockN keys on N (accumulator pair
+// (4i + 2h, + 1): column 16 warp + lane / 4 + 8h of block t, keys 8i + 2 quad + {0, 1}). The TMA
+// path stores them transposed (stmatrix .trans) into the K and V tiles, [keys][64 columns] per
+// column block as the dk and dv maps' boxes; the register path writes single elements.
+template <typename Config, int kRegs>
+__device__ __forceinline__ void bwd_epilogue_transposed(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk,
+                                                        const BwdSmem<Config>& sm, const BwdThread& th, int col0,
+                                                        const float (&dk)[2][kRegs], const float (&dv)[2][kRegs], bool any_step) {
+  using Element = typename Config::Element;
+  constexpr int kBlockN = Config::kBlockN, kGroups = kBlockN / 8;
+  static_assert(kRegs == kBlockN / 2, "accumulators of kBlockN keys");
+  const float dk_scale = bwd_dk_scale<Config>(args);
+  // (selects, not products: without steps dk and dv hold whatever their registers held)
+  auto pair = [&](const float (&acc)[kRegs], int a, float scale) {
+    return any_step ? sm80::pack2<Element>(acc[a] * scale, acc[a + 1] * scale) : 0u;
+  };
+  if (!maps.dkv_by_tma) {
+    const AttnProblem& p = args.problem.fwd;
+    const BwdProblem& bp = args.problem;
+    Element* dk_out = static_cast<Element*>(bp.dk.data);
+    Element* dv_out = static_cast<Element*>(bp.dv.data);
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int col = col0 + 64 * t + 16 * th.warp + th.lane / 4 + 8 * h;
+          const uint32_t k_pair = pair(dk[t], 4 * i + 2 * h, dk_scale), v_pair = pair(dv[t], 4 * i + 2 * h, 1.f);
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = blk.key0 + 8 * i + 2 * th.quad + e;
+            if (key >= blk.stored_k) continue;
+            if (col < p.head_dim) *reinterpret_cast<uint16_t*>(dk_out + bp.dk.offset(blk.b, key, blk.hk) + col) = uint16_t(k_pair >> (16 * e));
+            if (col < p.head_dim_v) *reinterpret_cast<uint16_t*>(dv_out + bp.dv.offset(blk.b, key, blk.hk) + col) = uint16_t(v_pair >> (16 * e));
+          }
+        }
+    return;
   }
+  const uint32_t dk_tile = sm.addr(0), dv_tile = sm.addr(Config::kOffsetV);
+  // Every consumer warpgroup's last wgmma has read K and V.
+  sm90::named_barrier_sync(kBwdEpilogueBarrier, kBwdConsumerThreads);
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    const uint32_t at = uint32_t((col0 / 64 + t) * kBlockN * 128);
+    uint32_t pairs[2 * kGroups];
+#pragma unroll
+    for (int j = 0; j < kGroups * 2; ++j) pairs[j] = pair(dk[t], 2 * j, dk_scale);
+    sm90::store_pairs_transposed_sw128<kGroups>(dk_tile + at, pairs, th.warp, th.lane);
+#pragma unroll
+    for (int j = 0; j < kGroups * 2; ++j) pairs[j] = pair(dv[t], 2 * j, 1.f);
+    sm90::store_pairs_transposed_sw128<kGroups>(dv_tile + at, pairs, th.warp, th.lane);
+  }
+  bwd_store_dk_dv_tiles<Config>(maps, blk, sm);
 }
 
 // A consumer warpgroup's dK and dV out: keys from row0 of the block, kRegs / 2 columns from col0.

@@ -1,7 +1,7 @@
 // FlashAttention-3 backward main kernel (sm90a): TMA loads on mbarrier rings, wgmma, warp
 // specialisation. The roles: bwd_block.cuh (the CTA's work), bwd_producer.cuh (loads),
 // bwd_dq_writer.cuh (dQ bulk reductions, warps 1 and 2), bwd_consumer.cuh (the GEMMs, P and dS;
-// head dims over 128: bwd_consumer_wide.cuh), bwd_step_math.cuh (what both consumers share),
+// head dims over 128: bwd_consumer_wide.cuh, or with rows on M bwd_consumer_rows.cuh), bwd_step_math.cuh (what both consumers share),
 // bwd_epilogue.cuh (dK/dV out). The preprocess (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the
 // dQ conversion bwd_launch.cu.
 #pragma once
@@ -15,6 +15,7 @@
 #include "fa3/bwd_block.cuh"
 #include "fa3/bwd_config.h"
 #include "fa3/bwd_consumer.cuh"
+#include "fa3/bwd_consumer_rows.cuh"
 #include "fa3/bwd_consumer_wide.cuh"
 #include "fa3/bwd_dq_writer.cuh"
 #include "fa3/bwd_producer.cuh"
@@ -59,7 +60,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1) bwd_kernel(const __grid_c
     return;
   }
   sm90::warpgroup_registers_increase<Config::kConsumerRegisters>();
-  if constexpr (Config::kWide) bwd_consumer_wide<Config>(maps, args, block(), sm);
+  if constexpr (Config::kRowsOnM) bwd_consumer_rows<Config>(maps, args, block(), sm);
+  else if constexpr (Config::kWide) bwd_consumer_wide<Config>(maps, args, block(), sm);
   else bwd_consumer<Config>(maps, args, block(), sm);
 #endif
 }

@@ -22,10 +22,12 @@ struct BwdSmem {
   __device__ __forceinline__ sm90::Pipeline<Config::kStages>* q_ring() const {
     return reinterpret_cast<sm90::Pipeline<Config::kStages>*>(base + Config::kOffsetBarriers + 16);
   }
-  __device__ __forceinline__ sm90::Pipeline<Config::kStages>* do_ring() const { return q_ring() + 1; }
+  __device__ __forceinline__ sm90::Pipeline<Config::kDoStages>* do_ring() const {
+    return reinterpret_cast<sm90::Pipeline<Config::kDoStages>*>(q_ring() + 1);
+  }
   // The CTA's coordinates (bwd_kernel), past the rings: written by one thread before the
   // kernel's first barrier, read by every role through 32-bit shared addresses.
-  static_assert(16 + 2 * sizeof(sm90::Pipeline<Config::kStages>) <= 128 && 128 + sizeof(BwdCoords) <= 256,
+  static_assert(16 + sizeof(sm90::Pipeline<Config::kStages>) + sizeof(sm90::Pipeline<Config::kDoStages>) <= 128 && 128 + sizeof(BwdCoords) <= 256,
                 "kv_full, the two rings and the coordinates within the 256 bytes of barriers");
   __device__ __forceinline__ void store_coords(const BwdCoords& c) const {
     const uint32_t at = addr(Config::kOffsetBarriers + 128);
@@ -50,6 +52,7 @@ struct BwdSmem {
 template <typename Config>
 __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   using State = sm90::PipelineState<Config::kStages>;
+  using DoState = sm90::PipelineState<Config::kDoStages>;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kColumnBlocks = Config::kColumnBlocks;
   const AttnProblem& p = args.problem.fwd;
   // Varlen: the maps span all rows (batch extent 1); sequence b starts at row cu_seqlens[b].
@@ -75,12 +78,13 @@ __device__ __forceinline__ void bwd_produce(const BwdMaps& maps, const BwdArgs& 
       sm90::tma_load_4d(sm.at(Config::kOffsetQ + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.q, 64 * c, h,
                             q_first + row0, batch_coord, q_full);
     sm90::bulk_load(sm.lse(st.stage), args.lse_log2 + rows, Config::kRowBytes, q_full);
-    uint64_t* do_full = &sm.do_ring()->full[st.stage];
-    sm.do_ring()->producer_acquire(st, Config::kQBytes + Config::kRowBytes);
+    const DoState dst = DoState::at(step);
+    uint64_t* do_full = &sm.do_ring()->full[dst.stage];
+    sm.do_ring()->producer_acquire(dst, Config::kQBytes + Config::kRowBytes);
     for (int c = 0; c < kColumnBlocks; ++c)
-      sm90::tma_load_4d(sm.at(Config::kOffsetDo + st.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
+      sm90::tma_load_4d(sm.at(Config::kOffsetDo + dst.stage * Config::kQBytes + c * kBlockM * 128), &maps.dout, 64 * c, h,
                             q_first + row0, batch_coord, do_full);
-    sm90::bulk_load(sm.delta(st.stage), args.delta + rows, Config::kRowBytes, do_full);
+    sm90::bulk_load(sm.delta(dst.stage), args.delta + rows, Config::kRowBytes, do_full);
   });
 }
 

@@ -157,14 +157,14 @@ __device__ __forceinline__ void bwd_clear_kv_tails(const AttnProblem& p, const B
   sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
 }
 
-// Whether every (row, key) of a step's tile (64 keys from key0, kRows rows from row0) is visible
+// Whether every (row, key) of a step's tile (kKeys keys from key0, kRows rows from row0) is visible
 // (tile_fully_visible in 32 bits: the launch clamps the windows and keeps rows + keys below 2^31):
 // then it needs no per-element mask.
-template <int kRows>
+template <int kRows, int kKeys = 64>
 __device__ __forceinline__ bool bwd_tile_unmasked(const AttnProblem& p, const BwdBlock& blk, int key0, int row0) {
   const int rows_end = row0 + kRows < blk.sq ? row0 + kRows : blk.sq;
   const int shift = blk.sk - blk.sq;
-  return key0 + 64 <= blk.sk && (p.mask.window_right < 0 || key0 + 63 <= row0 + shift + p.mask.window_right) &&
+  return key0 + kKeys <= blk.sk && (p.mask.window_right < 0 || key0 + kKeys - 1 <= row0 + shift + p.mask.window_right) &&
          (p.mask.window_left < 0 || key0 >= rows_end - 1 + shift - p.mask.window_left);
 }
 

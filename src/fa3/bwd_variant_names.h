@@ -1,7 +1,7 @@
 // Names of the FA3 backward's kernels (bwd_variants.h), for the benchmark's --fa3-bwd-variant and
-// the tests: "default" (BwdDq::Default), "dq-alternate" (BwdDq::Alternate, built at d64) or
-// "dq-overlap" (BwdDq::Overlap, built at d256), with "@128" for 128-row steps ("default@128",
-// built at d64). Host only.
+// the tests: "default" (BwdDq::Default), "dq-alternate" (BwdDq::Alternate, built at d64),
+// "dq-overlap" (BwdDq::Overlap, built at d256) or "rows-on-m" (BwdVariant::rows_on_m, d256), with
+// "@128" for 128-row steps ("default@128", built at d64). Host only.
 #pragma once
 
 #include <optional>
@@ -29,8 +29,10 @@ inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::str
   }
   if (variant == "dq-alternate") kernel.variant.dq = BwdDq::Alternate;
   else if (variant == "dq-overlap") kernel.variant.dq = BwdDq::Overlap;
+  else if (variant == "rows-on-m") kernel.variant.rows_on_m = true;
   else if (variant != "default") {
-    *why = "unknown FA3 backward variant '" + std::string(spec) + "' (default, dq-alternate or dq-overlap, with @128 for 128-row steps)";
+    *why = "unknown FA3 backward variant '" + std::string(spec) +
+           "' (default, dq-alternate, dq-overlap or rows-on-m, with @128 for 128-row steps)";
     return std::nullopt;
   }
   return kernel;
@@ -38,7 +40,10 @@ inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::str
 
 // The name parse_bwd_kernel reads back as `kernel`.
 inline std::string bwd_kernel_name(const BwdKernel& kernel) {
-  std::string name = kernel.variant.dq == BwdDq::Alternate ? "dq-alternate" : kernel.variant.dq == BwdDq::Overlap ? "dq-overlap" : "default";
+  std::string name = kernel.variant.rows_on_m              ? "rows-on-m"
+                     : kernel.variant.dq == BwdDq::Alternate ? "dq-alternate"
+                     : kernel.variant.dq == BwdDq::Overlap   ? "dq-overlap"
+                                                             : "default";
   if (kernel.block_m != 64) name += "@" + std::to_string(kernel.block_m);
   return name;
 }

@@ -15,7 +15,8 @@ struct BwdKernel {
   BwdVariant variant{};
   // Kernels of 128-row steps take plain scores only (softcap and ALiBi spill there): the general
   // score path is not built for them.
-  constexpr bool takes(bool general_score) const { return block_m == 64 || !general_score; }
+  // So do the kernels with rows on M (their softcap / ALiBi path is not built).
+  constexpr bool takes(bool general_score) const { return (block_m == 64 && !variant.rows_on_m) || !general_score; }
   friend constexpr bool operator==(const BwdKernel&, const BwdKernel&) = default;
 };
 
@@ -25,7 +26,7 @@ struct BwdKernel {
 // overlapping them. (docs/PERF.md, eleventh session.)
 inline constexpr BwdKernel kBwdKernels64[] = {{128, {}}, {64, {.dq = BwdDq::Alternate}}};
 inline constexpr BwdKernel kBwdKernels128[] = {{64, {}}};
-inline constexpr BwdKernel kBwdKernels256[] = {{64, {.dq = BwdDq::Overlap}}};
+inline constexpr BwdKernel kBwdKernels256[] = {{64, {.dq = BwdDq::Overlap}}, {64, {.rows_on_m = true}}};
 
 // The kernels built at a head dim (64, 128 or 256; else none), as a range.
 struct BwdKernelList {

@@ -56,7 +56,7 @@ TEST(Fa3BwdVariants, UnknownNamesAreRefused) {
 }
 
 // d64: 128-row steps for plain scores, the alternate dQ at 64 rows for softcap and ALiBi (and
-// forced); d128 its own; d256 the overlapped dQ.
+// forced); d128 its own; d256 the overlapped dQ, and rows on M for plain scores (forced).
 TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
   using fa3::BwdDq;
   for (bool general : {false, true}) {
@@ -65,6 +65,7 @@ TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
       EXPECT_EQ(fa3::bwd_kernel_built(d, 128, {}, general), d == 64 && !general) << d;  // 128 rows: plain scores only
       EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Alternate}, general), d == 64) << d;
       EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Overlap}, general), d == 256) << d;
+      EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.rows_on_m = true}, general), d == 256 && !general) << d;  // plain scores only
       const fa3::BwdKernel* first = fa3::bwd_first_kernel(d, general);
       ASSERT_NE(first, nullptr) << d;
       EXPECT_EQ(first->block_m, d == 64 && !general ? 128 : 64) << d;
@@ -73,6 +74,7 @@ TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
     EXPECT_EQ(fa3::bwd_first_kernel(96, general), nullptr);
   }
   EXPECT_EQ(std::distance(fa3::bwd_kernels_of(64).begin(), fa3::bwd_kernels_of(64).end()), 2);
+  EXPECT_EQ(std::distance(fa3::bwd_kernels_of(256).begin(), fa3::bwd_kernels_of(256).end()), 2);
   EXPECT_EQ(fa3::bwd_kernels_of(96).begin(), fa3::bwd_kernels_of(96).end());
 }
 

@@ -8,7 +8,7 @@ usage: python3 tools/gen/gen_wgmma.py > src/arch/sm90/wgmma_ops.cuh          (fp
 import sys
 
 TYPES = {"__nv_bfloat16": "bf16", "__half": "f16"}
-NS = (32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
+NS = (32, 40, 64, 80, 96, 112, 128, 144, 160, 176, 192, 256)
 
 
 def accumulators(n_regs):

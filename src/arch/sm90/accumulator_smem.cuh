@@ -83,6 +83,23 @@ __device__ __forceinline__ void store_fragments_sw128(uint32_t tile, const uint3
     stmatrix_x4(chunk_at_sw128<kBlockBytes>(base, 2 * kk + first_chunk), frag[kk][0], frag[kk][1], frag[kk][2], frag[kk][3]);
 }
 
+// An m64 x 8kGroups accumulator tile stored transposed: row n of `tile` (128 bytes, the 128-byte
+// swizzle) receives column n's 64 elements, the K-major layout of an operand whose K is the tile's
+// M side. pairs[2i + h] holds accumulator pair (4i + 2h, + 1) (row 16 warp + lane / 4 + 8h,
+// columns 8i + 2 (lane % 4) + {0, 1}), packed: it is matrix (h, i) of stmatrix .trans, whose
+// columns become rows 8i .. 8i + 7 at 16-byte chunk 2 warp + h. Two column groups per x4, an odd
+// last one by x2. `tile` is 1024-byte aligned.
+template <int kGroups>
+__device__ __forceinline__ void store_pairs_transposed_sw128(uint32_t tile, const uint32_t (&pairs)[2 * kGroups], int warp, int lane) {
+  const int row = lane % 8, matrix = lane / 8;  // x4: matrix 2 (i - 2a) + h
+  const uint32_t base = opaque_u32(tile + uint32_t(row * 128 + ((2 * warp + matrix % 2) ^ row) * 16));
+#pragma unroll
+  for (int a = 0; a < kGroups / 2; ++a)
+    stmatrix_x4_trans(base + uint32_t((2 * a + matrix / 2) * 1024), pairs[4 * a], pairs[4 * a + 1], pairs[4 * a + 2], pairs[4 * a + 3]);
+  if constexpr (kGroups % 2 == 1)
+    stmatrix_x2_trans(base + uint32_t((kGroups - 1) * 1024), pairs[2 * kGroups - 2], pairs[2 * kGroups - 1]);
+}
+
 // Accumulators of an m64nN tile as the register A operand of a wgmma whose K dimension is the
 // tile's N: k16 step kk is accumulators 8kk .. 8kk + 7, packed in pairs.
 template <typename Element, int kRegs>

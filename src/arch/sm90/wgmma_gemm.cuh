@@ -7,6 +7,7 @@
 //   rk: A from registers (pack_fragments), B MN-major (K rows, N columns): step j at row 16 j.
 //   km: A K-major (as kk) and B MN-major (as rk).
 //   mm: A MN-major (K rows, 64 columns: read transposed) and B MN-major: step j at row 16 j.
+//   mk: A MN-major (as mm) and B K-major within one column block (K <= 64): step j at 32 j bytes.
 // kFirst: the first step overwrites d (ss_first: its old values are neither read nor kept live).
 #pragma once
 
@@ -65,6 +66,17 @@ __device__ __forceinline__ void wgmma_mm(float (&d)[kN / 2], uint32_t a_tile, in
     if (kFirst && j == 0) Wgmma<Element, kN>::template ss_first<1, 1>(d, da, db);
     else Wgmma<Element, kN>::template ss<1, 1>(d, da, db, 1);
   }
+  wgmma_commit();
+}
+
+// accumulate = 0: d = A B (as wgmma_rk).
+template <typename Element, int kN, int kDepth>
+__device__ __forceinline__ void wgmma_mk(float (&d)[kN / 2], uint32_t a_tile, uint32_t b_tile, int accumulate) {
+  static_assert(kDepth <= 64, "B's K within one 64-element column block");
+  const SmemDescriptor a(mnmajor_descriptor_at(opaque_u32(a_tile), 64 * 128)), b(kmajor_descriptor_at(opaque_u32(b_tile)));
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < kDepth / 16; ++j) Wgmma<Element, kN>::template ss<0, 1>(d, a.at(j * 2048), b.at(j * 32), j > 0 ? 1 : accumulate);
   wgmma_commit();
 }
 
