@@ -1,7 +1,8 @@
 // The sm90 primitive layer (src/arch/sm90) on the device: TMA loads with the 128-byte swizzle on
 // an mbarrier, wgmma with shared-memory descriptors (K-major A and B, MN-major A and B) and with
 // A from registers and an MN-major B, setmaxnreg with named barriers and elect, bulk copies and
-// bulk reductions, stmatrix, programmatic dependent launch. Skips without an sm90 GPU.
+// bulk reductions, stmatrix (and its transposing form), programmatic dependent launch. Skips
+// without an sm90 GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -251,6 +252,87 @@ TEST(Sm90Primitives, WgmmaMnMajorAAndBMatchTheHost) {
   EXPECT_LT(max_rel_error(got, want), 1e-5);
 }
 
+// ---- wgmma on the d256 backward's 80-key tiles (bwd_consumer_rows.cuh) -------------------------
+// A (64 x 64, (m, k)), At (64 x 64, (k, m)) and B (80 x 64) in shared memory, then
+//   C40 = A B[40 .. 79]^T      wgmma_kk, N = 40, B from row 40 (a warpgroup's keys of S = Q K^T)
+//   C80 = At^T B^T             wgmma_mk, N = 80: A MN-major, B K-major (dV^T = dO^T P)
+//   C32 = B^T B[:, 32 .. 63]   wgmma_mm, N = 32, depth 80, B from 64 bytes into its rows (a dQ slice)
+template <int kN>
+__device__ void store_accumulators_n(const float (&d)[kN / 2], float* c) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int i = 0; i < kN / 8; ++i)
+    for (int e = 0; e < 4; ++e) c[(16 * warp + lane / 4 + 8 * (e / 2)) * kN + 8 * i + 2 * (lane % 4) + e % 2] = d[4 * i + e];
+}
+
+__global__ void wgmma_80_key_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_at,
+                                    const __grid_constant__ CUtensorMap map_b, float* c40, float* c80, float* c32) {
+#if defined(FA_SM90A_DEVICE)
+  __shared__ alignas(1024) __nv_bfloat16 a[64 * 64];
+  __shared__ alignas(1024) __nv_bfloat16 at[64 * 64];
+  __shared__ alignas(1024) __nv_bfloat16 b[80 * 64];
+  __shared__ uint64_t bar;
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_init(&bar, 1);
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sm90::mbarrier_arrive_expect_tx(&bar, (64 + 64 + 80) * 64 * 2);
+    sm90::tma_load_2d(a, &map_a, 0, 0, &bar);
+    sm90::tma_load_2d(at, &map_at, 0, 0, &bar);
+    sm90::tma_load_2d(b, &map_b, 0, 0, &bar);
+  }
+  sm90::mbarrier_wait(&bar, 0);
+  const uint32_t a_addr = sm90::smem_u32(a), at_addr = sm90::smem_u32(at), b_addr = sm90::smem_u32(b);
+  float d40[20], d80[40], d32[16];
+  for (int i = 0; i < 40; ++i) d80[i] = __int_as_float(0x7fc00000);  // NaN: accumulate 0 must not read it
+  sm90::wgmma_kk<__nv_bfloat16, 40, 64, true>(d40, a_addr, 64 * 128, b_addr + 40 * 128, 80 * 128);
+  sm90::wgmma_mk<__nv_bfloat16, 80, 64>(d80, at_addr, b_addr, 0);
+  sm90::wgmma_mm<__nv_bfloat16, 32, 80, true>(d32, b_addr, 80 * 128, b_addr + 64, 80 * 128);
+  sm90::wgmma_wait<0>();
+  sm90::fence_accumulators(d40);
+  sm90::fence_accumulators(d80);
+  sm90::fence_accumulators(d32);
+  store_accumulators_n<40>(d40, c40);
+  store_accumulators_n<80>(d80, c80);
+  store_accumulators_n<32>(d32, c32);
+#endif
+}
+
+TEST(Sm90Primitives, WgmmaOnEightyKeyTilesMatchesTheHost) {
+  SKIP_WITHOUT_SM90();
+  const auto a = random_bf16(64 * 64, 11), at = random_bf16(64 * 64, 12), b = random_bf16(80 * 64, 13);
+  DeviceArray<__nv_bfloat16> da(a.size()), dat(at.size()), db(b.size());
+  DeviceArray<float> c40(64 * 40), c80(64 * 80), c32(64 * 32);
+  CUDA_CHECK(cudaMemcpy(da.ptr, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dat.ptr, at.data(), at.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(db.ptr, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(c40.ptr, 0xff, 64 * 40 * 4));
+  CUDA_CHECK(cudaMemset(c80.ptr, 0xff, 64 * 80 * 4));
+  CUDA_CHECK(cudaMemset(c32.ptr, 0xff, 64 * 32 * 4));
+  wgmma_80_key_kernel<<<1, 128>>>(map_2d(da.ptr, 64, 64, 64), map_2d(dat.ptr, 64, 64, 64), map_2d(db.ptr, 80, 64, 80), c40.ptr, c80.ptr,
+                                  c32.ptr);
+  CUDA_CHECK_LAUNCH();
+  auto f = [](__nv_bfloat16 x) { return double(__bfloat162float(x)); };
+  auto fetch = [](const DeviceArray<float>& d, size_t n) {
+    std::vector<float> v(n);
+    CUDA_CHECK(cudaMemcpy(v.data(), d.ptr, n * 4, cudaMemcpyDeviceToHost));
+    return v;
+  };
+  std::vector<double> want40(64 * 40, 0.0), want80(64 * 80, 0.0), want32(64 * 32, 0.0);
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < 40; ++n)
+      for (int k = 0; k < 64; ++k) want40[m * 40 + n] += f(a[m * 64 + k]) * f(b[(40 + n) * 64 + k]);
+    for (int n = 0; n < 80; ++n)
+      for (int k = 0; k < 64; ++k) want80[m * 80 + n] += f(at[k * 64 + m]) * f(b[n * 64 + k]);
+    for (int n = 0; n < 32; ++n)
+      for (int k = 0; k < 80; ++k) want32[m * 32 + n] += f(b[k * 64 + m]) * f(b[k * 64 + 32 + n]);
+  }
+  EXPECT_LT(max_rel_error(fetch(c40, 64 * 40), want40), 1e-5) << "kk, N = 40";
+  EXPECT_LT(max_rel_error(fetch(c80, 64 * 80), want80), 1e-5) << "mk, N = 80";
+  EXPECT_LT(max_rel_error(fetch(c32, 64 * 32), want32), 1e-5) << "mm, N = 32 from 64 bytes in";
+}
+
 // ---- bulk copy: 256 floats from global memory into shared memory on an mbarrier ---------------
 __global__ void bulk_load_kernel(const float* src, float* out) {
 #if defined(FA_SM90A_DEVICE)
@@ -492,6 +574,60 @@ TEST(Sm90Primitives, AccumulatorStoresLandInTheSwizzledLayout) {
       const uint16_t got = frag[size_t(at(row, col))];
       if (col < 32) ASSERT_EQ(got, 0xdeadu) << "chunk " << col / 8 << " (before first_chunk) row " << row;
       else ASSERT_EQ(bf16(got), stored_value(row, col - 32)) << row << "," << col;
+    }
+}
+
+// Accumulators of 64 x 40 and 64 x 80 tiles stored transposed (store_pairs_transposed_sw128, the
+// x2 path for the odd fifth column group): tile row n holds column n, element (n, m) at
+// n * 64 + ((m / 8) ^ (n % 8)) * 8 + m % 8; the 40-column tile from row 40 of its buffer (1024-byte
+// aligned, as a warpgroup's half of P^T).
+constexpr int kTransposedBytes = 80 * 128;
+
+template <int kGroups>
+__device__ void store_transposed_test_tile(uint32_t tile, int warp, int lane) {
+  uint32_t pairs[2 * kGroups];
+  for (int i = 0; i < kGroups; ++i)
+    for (int h = 0; h < 2; ++h) {
+      const int row = 16 * warp + lane / 4 + 8 * h, col = 8 * i + 2 * (lane % 4);
+      pairs[2 * i + h] = sm80::pack2<__nv_bfloat16>(stored_value(row, col), stored_value(row, col + 1));
+    }
+  sm90::store_pairs_transposed_sw128<kGroups>(tile, pairs, warp, lane);
+}
+
+__global__ void transposed_store_kernel(uint16_t* out40, uint16_t* out80) {
+#if defined(FA_SM90A_DEVICE)
+  extern __shared__ __align__(1024) unsigned char tiles[];
+  uint16_t* words = reinterpret_cast<uint16_t*>(tiles);
+  for (int i = threadIdx.x; i < kTransposedBytes; i += 128) words[i] = 0xdeadu;  // both tiles
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t base = sm90::smem_u32(tiles);
+  store_transposed_test_tile<5>(base + 40 * 128, warp, lane);
+  store_transposed_test_tile<10>(base + kTransposedBytes, warp, lane);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kTransposedBytes / 2; i += 128) {
+    out40[i] = words[i];
+    out80[i] = words[kTransposedBytes / 2 + i];
+  }
+#endif
+}
+
+TEST(Sm90Primitives, TransposedPairStoresLandInTheSwizzledLayout) {
+  SKIP_WITHOUT_SM90();
+  DeviceArray<uint16_t> out40(kTransposedBytes / 2), out80(kTransposedBytes / 2);
+  CUDA_CHECK(cudaFuncSetAttribute(transposed_store_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kTransposedBytes));
+  transposed_store_kernel<<<1, 128, 2 * kTransposedBytes>>>(out40.ptr, out80.ptr);
+  CUDA_CHECK_LAUNCH();
+  std::vector<uint16_t> t40(kTransposedBytes / 2), t80(kTransposedBytes / 2);
+  CUDA_CHECK(cudaMemcpy(t40.data(), out40.ptr, t40.size() * 2, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(t80.data(), out80.ptr, t80.size() * 2, cudaMemcpyDeviceToHost));
+  auto at = [](int n, int m) { return size_t(n * 64 + (((m / 8) ^ (n % 8)) * 8) + m % 8); };
+  auto bf16 = [](uint16_t bits) { return __bfloat162float(__nv_bfloat16_raw{bits}); };
+  for (int n = 0; n < 80; ++n)
+    for (int m = 0; m < 64; ++m) {
+      ASSERT_EQ(bf16(t80[at(n, m)]), stored_value(m, n)) << "80 columns: " << n << "," << m;
+      if (n < 40) ASSERT_EQ(t40[at(n, m)], 0xdeadu) << "40 columns, before row 40: " << n << "," << m;
+      else ASSERT_EQ(bf16(t40[at(n, m)]), stored_value(m, n - 40)) << "40 columns: " << n - 40 << "," << m;
     }
 }
 
