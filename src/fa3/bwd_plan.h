@@ -20,9 +20,9 @@ enum class BwdDq {
 // What a kernel does beyond its tile shape (template argument of BwdConfig).
 struct BwdVariant {
   BwdDq dq = BwdDq::Default;
-  // d256, plain scores: S = Q K^T and dP = dO V^T with the step's 64 rows on the wgmma M side and
-  // 80 keys per CTA, 40 per warpgroup (bwd_consumer_rows.cuh): a Q/dO load and a dQ add serve
-  // 25 % more FLOPs than at 64 keys.
+  // d256, plain scores (bwd_plan's choice there): S = Q K^T and dP = dO V^T with the step's 64
+  // rows on the wgmma M side and 80 keys per CTA, 40 per warpgroup (bwd_consumer_rows.cuh): a
+  // Q/dO load and a dQ add serve 25 % more FLOPs than at 64 keys.
   bool rows_on_m = false;
   friend constexpr bool operator==(const BwdVariant&, const BwdVariant&) = default;
 };

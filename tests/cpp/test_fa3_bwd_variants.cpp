@@ -56,7 +56,8 @@ TEST(Fa3BwdVariants, UnknownNamesAreRefused) {
 }
 
 // d64: 128-row steps for plain scores, the alternate dQ at 64 rows for softcap and ALiBi (and
-// forced); d128 its own; d256 the overlapped dQ, and rows on M for plain scores (forced).
+// forced); d128 its own; d256 rows on M for plain scores, the overlapped dQ for softcap and ALiBi
+// (and forced).
 TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
   using fa3::BwdDq;
   for (bool general : {false, true}) {
@@ -69,6 +70,7 @@ TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
       const fa3::BwdKernel* first = fa3::bwd_first_kernel(d, general);
       ASSERT_NE(first, nullptr) << d;
       EXPECT_EQ(first->block_m, d == 64 && !general ? 128 : 64) << d;
+      EXPECT_EQ(first->variant.rows_on_m, d == 256 && !general) << d;
     }
     EXPECT_FALSE(fa3::bwd_kernel_built(96, 64, {}, general));
     EXPECT_EQ(fa3::bwd_first_kernel(96, general), nullptr);

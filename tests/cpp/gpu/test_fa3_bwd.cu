@@ -252,7 +252,7 @@ TEST(Fa3BackwardSections, EitherOrderMatchesReferenceInBothModes) {
 }
 
 // Every built kernel that bwd_plan does not pick for a call (bwd_variants.h: the d64 alternate
-// dQ with plain scores), forced over the sweep and the grid in both modes, then 50-run
+// dQ and the d256 64-key kernel with plain scores), forced over the sweep and the grid in both modes, then 50-run
 // determinism and a 100-run race check: a kernel a plan can name is tested as the plan's are.
 bool is_plans_kernel(int head_dim, bool general, const fa3::BwdKernel* k) { return k == fa3::bwd_first_kernel(head_dim, general); }
 
