@@ -194,7 +194,8 @@ __device__ __forceinline__ void bwd_consume_rows(const BwdArgs& args, const BwdB
 
 // The consumer warpgroup's whole part: the steps, then its columns of dK and dV.
 template <typename Config>
-__device__ __forceinline__ void bwd_consumer_rows(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
+__device__ __forceinline__ void bwd_consumer_rows(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk,
+                                                  const BwdSmem<Config>& sm) {
   BwdThread th;
   th.consumer = sm90::warp_uniform(int(threadIdx.x / 128)) - 1;
   th.warp = int(threadIdx.x % 128) / 32;

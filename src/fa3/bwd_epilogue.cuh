@@ -149,8 +149,10 @@ __device__ __forceinline__ void bwd_epilogue_transposed(const BwdMaps& maps, con
           for (int e = 0; e < 2; ++e) {
             const int key = blk.key0 + 8 * i + 2 * th.quad + e;
             if (key >= blk.stored_k) continue;
-            if (col < p.head_dim) *reinterpret_cast<uint16_t*>(dk_out + bp.dk.offset(blk.b, key, blk.hk) + col) = uint16_t(k_pair >> (16 * e));
-            if (col < p.head_dim_v) *reinterpret_cast<uint16_t*>(dv_out + bp.dv.offset(blk.b, key, blk.hk) + col) = uint16_t(v_pair >> (16 * e));
+            if (col < p.head_dim)
+              *reinterpret_cast<uint16_t*>(dk_out + bp.dk.offset(blk.b, key, blk.hk) + col) = uint16_t(k_pair >> (16 * e));
+            if (col < p.head_dim_v)
+              *reinterpret_cast<uint16_t*>(dv_out + bp.dv.offset(blk.b, key, blk.hk) + col) = uint16_t(v_pair >> (16 * e));
           }
         }
     return;

@@ -27,7 +27,8 @@ struct BwdSmem {
   }
   // The CTA's coordinates (bwd_kernel), past the rings: written by one thread before the
   // kernel's first barrier, read by every role through 32-bit shared addresses.
-  static_assert(16 + sizeof(sm90::Pipeline<Config::kStages>) + sizeof(sm90::Pipeline<Config::kDoStages>) <= 128 && 128 + sizeof(BwdCoords) <= 256,
+  static_assert(16 + sizeof(sm90::Pipeline<Config::kStages>) + sizeof(sm90::Pipeline<Config::kDoStages>) <= 128 &&
+                    128 + sizeof(BwdCoords) <= 256,
                 "kv_full, the two rings and the coordinates within the 256 bytes of barriers");
   __device__ __forceinline__ void store_coords(const BwdCoords& c) const {
     const uint32_t at = addr(Config::kOffsetBarriers + 128);

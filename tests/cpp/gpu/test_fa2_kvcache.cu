@@ -77,9 +77,9 @@ INSTANTIATE_TEST_SUITE_P(Speculative, Fa2KvCache, ::testing::ValuesIn(speculativ
 
 // Split-KV in thread-block clusters (FwdPlan::split_in_cluster, sm90's decode tiles; forced on,
 // paged caches included, which the default plans split through global memory): the KV-cache
-// sweep, the speculative shapes, and caches of 32 key tiles split 2 to 16 ways and automatically, some splits without keys, ragged lengths, NaN past them,
-// dense and paged, d64 and d128, GQA 1/4/8; 20 splits go through global memory; long caches
-// whose automatic count the cap of 16 cuts.
+// sweep, the speculative shapes, and caches of 32 key tiles split 2 to 16 ways and automatically,
+// some splits without keys, ragged lengths, NaN past them, dense and paged, d64 and d128, GQA
+// 1/4/8; 20 splits go through global memory; long caches whose automatic count the cap of 16 cuts.
 gpu_test::Fa2FwdChoice splits_in_clusters() {
   return gpu_test::checked([](const AttnProblem& call, const fa2::DeviceLimits& limits) {
     fa2::FwdPlan plan = fa2::fwd_plan(call, limits);
