@@ -15,6 +15,7 @@
 #include "arch/sm80/math.cuh"
 #include "arch/sm90/cluster.cuh"
 #include "arch/sm80/ldmatrix.cuh"
+#include "fa2/fwd_plan.h"
 
 namespace flashattn::fa2 {
 
@@ -64,20 +65,31 @@ __device__ __forceinline__ void merge_cluster_splits(const float (&o)[1][Config:
     const int row = u / kUnitsPerRow, col = (u % kUnitsPerRow) * 4;
     const uint32_t stats_at = base + uint32_t(offsetof(Partial, stats) + row * sizeof(float2));
     const uint32_t o_at = base + uint32_t((row * kHeadDim + col) * sizeof(float));
-    // A NaN max makes the row NaN, as the math does; a share that saw no key (max -inf) weighs 0.
+    // Every share's statistics and columns are loaded before any is used: one round trip through
+    // the cluster instead of one per few shares. A NaN max makes the row NaN, as the math does; a
+    // share that saw no key (max -inf) weighs 0.
+    float2 stats[kMaxClusterSplits];
+    float4 part[kMaxClusterSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      stats[s] = make_float2(-INFINITY, 0.f);
+      if (s < splits) {
+        stats[s] = sm90::ld_cluster_f32x2(sm90::cluster_map_shared(stats_at, s));
+        part[s] = sm90::ld_cluster_f32x4(sm90::cluster_map_shared(o_at, s));
+      }
+    }
     float max = -INFINITY;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) max = sm80::max_nan(max, sm90::ld_cluster_f32x2(sm90::cluster_map_shared(stats_at, s)).x);
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) max = sm80::max_nan(max, stats[s].x);
     float sum = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     if (max != -INFINITY) {
-#pragma unroll 4
-      for (int s = 0; s < splits; ++s) {
-        const float2 share = sm90::ld_cluster_f32x2(sm90::cluster_map_shared(stats_at, s));
-        if (share.x == -INFINITY) continue;
-        const float4 v = sm90::ld_cluster_f32x4(sm90::cluster_map_shared(o_at, s));
-        const float w = sm80::fast_exp2(share.x - max);
-        sum = fmaf(share.y, w, sum);
+#pragma unroll
+      for (int s = 0; s < kMaxClusterSplits; ++s) {
+        if (stats[s].x == -INFINITY) continue;
+        const float4 v = part[s];
+        const float w = sm80::fast_exp2(stats[s].x - max);
+        sum = fmaf(stats[s].y, w, sum);
         acc = make_float4(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y), fmaf(w, v.z, acc.z), fmaf(w, v.w, acc.w));
       }
     }
