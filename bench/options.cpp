@@ -90,8 +90,8 @@ score-matrix memory and the max |difference| of the outputs.
                                way along; 1 = from the first); e.g. section_mb=0
   --fa3-bwd-variant NAME       with --backend fa3: the FA3 backward's kernel variant
                                (src/fa3/bwd_variant_names.h: default, dq-alternate, dq-overlap,
-                               rows-on-m, rows-on-m-dq64, with @128 for 128-row steps, e.g.
-                               default@128; calls where it is not built are skipped)
+                               rows-on-m, with @128 for 128-row steps, e.g. default@128;
+                               calls where it is not built are skipped)
   --json FILE                  also write every row as JSON
   -h, --help                   this text
 )";

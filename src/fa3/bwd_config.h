@@ -94,7 +94,6 @@ struct BwdConfig {
   static_assert(!kDqOverlap || kWide, "overlapped dQ slices: the wide consumer");
   static_assert(!kRowsOnM || (kHeadDim == 256 && kBlockM == 64 && !kGeneralScore_ && kVariant.dq == BwdDq::Default),
                 "rows on M: d256, 64-row steps, plain scores (its dQ slices always overlap dV and dK)");
-  static_assert(!kVariant.dq_halves || kRowsOnM, "dQ in 64-column halves: the rows-on-M kernel");
   static_assert(kBlockM <= 256 && kBlockN <= 256, "a TMA box has at most 256 rows");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };

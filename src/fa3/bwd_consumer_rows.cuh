@@ -6,10 +6,10 @@
 //   P, dS = P o (dP - D)               two rows per thread: one LSE and one D load per row
 //   P^T, dS^T                          stored transposed (stmatrix .trans) into [80 keys][64 rows]
 //                                      tiles, rows 40c .. of them; both halves meet there
-//   dQ_c = dS K[:, c]                  four 32-column slices (BwdVariant::dq_halves: two of 64;
-//                                      A = dS^T read transposed), each added to the fp32 workspace
-//                                      from registers as the wide consumer does; slice 0 issued
-//                                      first, its adds beside dV's and dK's
+//   dQ_c = dS K[:, c]                  two 64-column slices (A = dS^T read transposed), each
+//                                      added to the fp32 workspace from registers as the wide
+//                                      consumer does; slice 0 issued first, its adds beside dV's
+//                                      and dK's
 //   dV_c^T += dO[:, c]^T P, dK_c^T += Q[:, c]^T dS   per 64-column block: M = columns, N = 80
 //                                      keys, K = 64 rows (A MN-major from the dO / Q tile, B
 //                                      K-major from P^T / dS^T)
@@ -94,8 +94,7 @@ __device__ __forceinline__ void bwd_consume_rows(const BwdArgs& args, const BwdB
   constexpr int kKeys = kBlockN / 2;  // this warpgroup's keys of S and dP
   constexpr int kSRegs = kKeys / 2;
   constexpr int kCols = Config::kDqCols;  // its columns of dK, dV and dQ
-  // dQ's column slices: four of 32 columns, or two of 64 (BwdVariant::dq_halves).
-  constexpr int kDqSlices = Config::kVariant.dq_halves ? 2 : 4, kDqRegs = kCols / kDqSlices / 2;
+  constexpr int kDqSlices = 2, kDqRegs = kCols / kDqSlices / 2;  // dQ's column slices: two of 64
   static_assert(kBlockN == 80 && kBlockM == 64 && kCols == 128 && kHeadDim == 256, "rows on M: 64 x 80 steps at d256");
   const AttnProblem& p = args.problem.fwd;
   const int c = th.consumer;
@@ -145,10 +144,10 @@ __device__ __forceinline__ void bwd_consume_rows(const BwdArgs& args, const BwdB
       sm90::fence_async_shared();
       sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);  // both halves written
 
-      // dQ_c = dS K[:, c] in kDqSlices column slices; slice 0 first, so that its adds run beside
+      // dQ_c = dS K[:, c] in two 64-column slices; slice 0 first, so that its adds run beside
       // the dV_c^T += dO_c^T P and dK_c^T += Q_c^T dS wgmmas (per 64-column block). The fences
-      // that end those wgmmas (release_stages) come after slice 1 is done, or with two slices of
-      // 64 before slice 1 starts: beside a live 64-column slice their 160 registers spill it.
+      // that end those wgmmas (release_stages) come before slice 1 starts: beside a live slice
+      // their 160 registers would spill it.
       auto dq_slice = [&](float (&dq)[kDqRegs], int slice) {
         const int col = slice * 2 * kDqRegs;  // the slice's first column among this warpgroup's
         sm90::wgmma_mm<Element, 2 * kDqRegs, kBlockN, true>(
@@ -174,18 +173,12 @@ __device__ __forceinline__ void bwd_consume_rows(const BwdArgs& args, const BwdB
       sm90::wgmma_wait<4>();  // slice 0 (groups complete in order); dV and dK may still run
       sm90::fence_accumulators(dq);
       bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 0, dq);
-      if constexpr (kDqSlices == 2) {
-        sm90::wgmma_wait<0>();
-        release_stages();
-      }
-#pragma unroll
-      for (int slice = 1; slice < kDqSlices; ++slice) {
-        dq_slice(dq, slice);
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(dq);
-        if (kDqSlices > 2 && slice == 1) release_stages();
-        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, slice, dq);
-      }
+      sm90::wgmma_wait<0>();
+      release_stages();
+      dq_slice(dq, 1);
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dq);
+      bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 1, dq);
       ++step;
       m = blk.next_row_block(m);
     } while (m != blk.m_first);

@@ -24,9 +24,6 @@ struct BwdVariant {
   // rows on the wgmma M side and 80 keys per CTA, 40 per warpgroup (bwd_consumer_rows.cuh): a
   // Q/dO load and a dQ add serve 25 % more FLOPs than at 64 keys.
   bool rows_on_m = false;
-  // With rows_on_m: dQ in two 64-column slices instead of four of 32 (half the dQ wgmmas; dV's and
-  // dK's end moved before the second slice). Built, not yet run on a GPU: no plan takes it.
-  bool dq_halves = false;
   friend constexpr bool operator==(const BwdVariant&, const BwdVariant&) = default;
 };
 

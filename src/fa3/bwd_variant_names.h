@@ -1,8 +1,7 @@
 // Names of the FA3 backward's kernels (bwd_variants.h), for the benchmark's --fa3-bwd-variant and
 // the tests: "default" (BwdDq::Default), "dq-alternate" (BwdDq::Alternate, built at d64),
-// "dq-overlap" (BwdDq::Overlap, built at d256), "rows-on-m" (BwdVariant::rows_on_m, d256) or
-// "rows-on-m-dq64" (with BwdVariant::dq_halves), with "@128" for 128-row steps ("default@128",
-// built at d64). Host only.
+// "dq-overlap" (BwdDq::Overlap, built at d256), "rows-on-m" (BwdVariant::rows_on_m, d256), with
+// "@128" for 128-row steps ("default@128", built at d64). Host only.
 #pragma once
 
 #include <optional>
@@ -31,10 +30,9 @@ inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::str
   if (variant == "dq-alternate") kernel.variant.dq = BwdDq::Alternate;
   else if (variant == "dq-overlap") kernel.variant.dq = BwdDq::Overlap;
   else if (variant == "rows-on-m") kernel.variant.rows_on_m = true;
-  else if (variant == "rows-on-m-dq64") kernel.variant.rows_on_m = kernel.variant.dq_halves = true;
   else if (variant != "default") {
     *why = "unknown FA3 backward variant '" + std::string(spec) +
-           "' (default, dq-alternate, dq-overlap, rows-on-m or rows-on-m-dq64, with @128 for 128-row steps)";
+           "' (default, dq-alternate, dq-overlap or rows-on-m, with @128 for 128-row steps)";
     return std::nullopt;
   }
   return kernel;
@@ -42,8 +40,7 @@ inline std::optional<BwdKernel> parse_bwd_kernel(std::string_view spec, std::str
 
 // The name parse_bwd_kernel reads back as `kernel`.
 inline std::string bwd_kernel_name(const BwdKernel& kernel) {
-  std::string name = kernel.variant.dq_halves              ? "rows-on-m-dq64"
-                     : kernel.variant.rows_on_m              ? "rows-on-m"
+  std::string name = kernel.variant.rows_on_m              ? "rows-on-m"
                      : kernel.variant.dq == BwdDq::Alternate ? "dq-alternate"
                      : kernel.variant.dq == BwdDq::Overlap   ? "dq-overlap"
                                                              : "default";

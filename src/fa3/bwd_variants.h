@@ -23,13 +23,12 @@ struct BwdKernel {
 // d64: 128-row steps, as FlashAttention-3 (docs/PERF.md, twentieth session: +4 to +9 % over 64
 // rows); with softcap or ALiBi 64-row steps where the warpgroups take turns computing a whole
 // step's dQ (one bulk add per step). d256: 80 keys with the rows on M for plain scores (+2 to +7 %
-// over 64 keys, docs/PERF.md, twenty-sixth session); softcap and ALiBi on 64 keys, dQ's first
-// slice issued before dV/dK, its adds overlapping them (eleventh session); and rows on M with dQ in
-// two 64-column slices (built, not yet measured: forced only).
+// over 64 keys, twenty-sixth session; dQ in two 64-column slices, +3 to +4 % over four of 32,
+// twenty-seventh); softcap and ALiBi on 64 keys, dQ's first slice issued before dV/dK, its adds
+// overlapping them (eleventh session).
 inline constexpr BwdKernel kBwdKernels64[] = {{128, {}}, {64, {.dq = BwdDq::Alternate}}};
 inline constexpr BwdKernel kBwdKernels128[] = {{64, {}}};
-inline constexpr BwdKernel kBwdKernels256[] = {
-    {64, {.rows_on_m = true}}, {64, {.dq = BwdDq::Overlap}}, {64, {.rows_on_m = true, .dq_halves = true}}};
+inline constexpr BwdKernel kBwdKernels256[] = {{64, {.rows_on_m = true}}, {64, {.dq = BwdDq::Overlap}}};
 
 // The kernels built at a head dim (64, 128 or 256; else none), as a range.
 struct BwdKernelList {

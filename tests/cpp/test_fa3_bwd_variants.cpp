@@ -67,7 +67,6 @@ TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
       EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Alternate}, general), d == 64) << d;
       EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.dq = BwdDq::Overlap}, general), d == 256) << d;
       EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.rows_on_m = true}, general), d == 256 && !general) << d;  // plain scores only
-      EXPECT_EQ(fa3::bwd_kernel_built(d, 64, {.rows_on_m = true, .dq_halves = true}, general), d == 256 && !general) << d;
       const fa3::BwdKernel* first = fa3::bwd_first_kernel(d, general);
       ASSERT_NE(first, nullptr) << d;
       EXPECT_EQ(first->block_m, d == 64 && !general ? 128 : 64) << d;
@@ -77,7 +76,7 @@ TEST(Fa3BwdVariants, KernelsPerHeadDimAndScorePath) {
     EXPECT_EQ(fa3::bwd_first_kernel(96, general), nullptr);
   }
   EXPECT_EQ(std::distance(fa3::bwd_kernels_of(64).begin(), fa3::bwd_kernels_of(64).end()), 2);
-  EXPECT_EQ(std::distance(fa3::bwd_kernels_of(256).begin(), fa3::bwd_kernels_of(256).end()), 3);
+  EXPECT_EQ(std::distance(fa3::bwd_kernels_of(256).begin(), fa3::bwd_kernels_of(256).end()), 2);
   EXPECT_EQ(fa3::bwd_kernels_of(96).begin(), fa3::bwd_kernels_of(96).end());
 }
 
