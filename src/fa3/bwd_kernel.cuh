@@ -2,8 +2,8 @@
 // specialisation. The roles: bwd_block.cuh (the CTA's work), bwd_producer.cuh (loads),
 // bwd_dq_writer.cuh (dQ bulk reductions, warps 1 and 2), bwd_consumer.cuh (the GEMMs, P and dS;
 // head dims over 128: bwd_consumer_wide.cuh, or with rows on M bwd_consumer_rows.cuh),
-// bwd_step_math.cuh (what the consumers share), bwd_epilogue.cuh (dK/dV out). The preprocess (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the
-// dQ conversion bwd_launch.cu.
+// bwd_step_math.cuh (what the consumers share), bwd_epilogue.cuh (dK/dV out). The preprocess
+// (D, LSE * log2 e) is cuda/bwd_row_stats.cuh; the dQ conversion bwd_launch.cu.
 #pragma once
 
 #include <cuda.h>
