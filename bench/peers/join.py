@@ -27,8 +27,13 @@ def is_decode(row):
     return sq < sk
 
 
+def precision(row):
+    """fp8 rows (ours' e4m3, fa3_bench.py's fa3-fp8) and 16-bit rows are separate table rows."""
+    return "fp8" if "e4m3" in str(row.get("dtype", "")) else "16-bit"
+
+
 def peers_key(row):
-    return (row["head_dim"], int(row["causal"]), seqlens(row)[0], row["direction"])
+    return (precision(row), row["head_dim"], int(row["causal"]), seqlens(row)[0], row["direction"])
 
 
 def decode_key(row):
@@ -85,7 +90,7 @@ def main():
             table.setdefault(key, {})[name] = row["gbps"] if decode else row["tflops"]
             if name not in names:
                 names.append(name)
-    print_table("", ["d", "causal", "seqlen", "dir"], *grids["peers"], "{:.1f}")
+    print_table("", ["precision", "d", "causal", "seqlen", "dir"], *grids["peers"], "{:.1f}")
     print_table("Decode: GB/s of K+V read", ["b", "sq", "sk", "h_q", "h_k", "d", "causal", "page", "append"],
                 *grids["decode"], "{:.0f}", decode_cells)
 
