@@ -90,9 +90,11 @@ __device__ __forceinline__ BwdBlock bwd_block(const AttnProblem& p, int64_t rows
 template <typename F>
 __device__ __forceinline__ void bwd_for_each_step(const BwdBlock& blk, F&& f) {
   uint32_t step = 0;
+#pragma unroll 1
   for (int g = 0; g < blk.heads_per_group; ++g) {
     const int h = blk.hk * blk.heads_per_group + g;
     int m = blk.m_first;
+#pragma unroll 1
     do {  // a block with steps walks each query head's row blocks round once
       f(step, g, h, m);
       ++step;

@@ -52,108 +52,96 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
   sm90::mbarrier_wait(sm.kv_full(), 0);
   bwd_clear_kv_tails<Config>(p, blk, k_addr);
 
-  int step = 0;
-#pragma unroll 1
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int h = blk.hk * blk.heads_per_group + g;
-    int m = blk.m_first;
-#pragma unroll 1
-    do {  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1
-      const State st = State::at(uint32_t(step));
-      const int row0 = m * kBlockM;
-      const uint32_t q_tile = sm.addr(Config::kOffsetQ + st.stage * Config::kQBytes);
-      const uint32_t do_tile = sm.addr(Config::kOffsetDo + st.stage * Config::kQBytes);
-      const uint32_t ds_tile = sm.addr(Config::kOffsetDs + (step % Config::kDsStages) * Config::kDsBytes);
+  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1, for each query head
+  bwd_for_each_step(blk, [&](uint32_t step, int, int h, int m) {
+    const State st = State::at(step);
+    const int row0 = m * kBlockM;
+    const uint32_t q_tile = sm.addr(Config::kOffsetQ + st.stage * Config::kQBytes);
+    const uint32_t do_tile = sm.addr(Config::kOffsetDo + st.stage * Config::kQBytes);
+    const uint32_t ds_tile = sm.addr(Config::kOffsetDs + (step % Config::kDsStages) * Config::kDsBytes);
 
-      // S^T = K_c Q^T, dP^T = V_c dO^T (this warpgroup's 64 rows of K and V).
-      float s[kSRegs], dp[kSRegs];
-      sm.q_ring()->consumer_wait(st);
-      sm90::wgmma_kk<Element, kBlockM, kHeadDim, true>(s, k_addr + c * 64 * 128, kBlockN * 128, q_tile, kBlockM * 128);
-      sm.do_ring()->consumer_wait(st);
-      sm90::wgmma_kk<Element, kBlockM, kHeadDim, true>(dp, v_addr + c * 64 * 128, kBlockN * 128, do_tile, kBlockM * 128);
+    // S^T = K_c Q^T, dP^T = V_c dO^T (this warpgroup's 64 rows of K and V).
+    float s[kSRegs], dp[kSRegs];
+    sm.q_ring()->consumer_wait(st);
+    sm90::wgmma_kk<Element, kBlockM, kHeadDim, true>(s, k_addr + c * 64 * 128, kBlockN * 128, q_tile, kBlockM * 128);
+    sm.do_ring()->consumer_wait(st);
+    sm90::wgmma_kk<Element, kBlockM, kHeadDim, true>(dp, v_addr + c * 64 * 128, kBlockN * 128, do_tile, kBlockM * 128);
 
-      const uint32_t lse_addr = sm90::smem_u32(sm.lse(st.stage)), delta_addr = sm90::smem_u32(sm.delta(st.stage));
-      auto wait_dp = [&] {
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(dp);
-      };
-      if constexpr (!Config::kGeneralScore) {
-        sm90::wgmma_wait<1>();  // S^T; dP^T may still run
-        sm90::fence_accumulators(s);
-      } else {
-        wait_dp();
-        sm90::fence_accumulators(s);
-      }
-      uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
-      if (bwd_tile_unmasked<kBlockM>(p, blk, blk.key0 + 64 * c, row0))
-        bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
-          if constexpr (!Config::kGeneralScore) wait_dp();
-        });
-      else
-        bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
-          if constexpr (!Config::kGeneralScore) wait_dp();
-        });
-      sm90::pack_fragments<Element>(ds_frag, dp);
-      // dS^T of this warpgroup's keys into the step's dS tile: [kBlockM / 64][kBlockN keys][64 rows].
-      sm90::store_fragments_sw128<kBlockM, kBlockN * 128>(ds_tile + c * 64 * 128, ds_frag, th.warp, th.lane);
+    const uint32_t lse_addr = sm90::smem_u32(sm.lse(st.stage)), delta_addr = sm90::smem_u32(sm.delta(st.stage));
+    auto wait_dp = [&] {
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dp);
+    };
+    if constexpr (!Config::kGeneralScore) {
+      sm90::wgmma_wait<1>();  // S^T; dP^T may still run
+      sm90::fence_accumulators(s);
+    } else {
+      wait_dp();
+      sm90::fence_accumulators(s);
+    }
+    uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
+    if (bwd_tile_unmasked<kBlockM>(p, blk, blk.key0 + 64 * c, row0))
+      bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
+        if constexpr (!Config::kGeneralScore) wait_dp();
+      });
+    else
+      bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
+        if constexpr (!Config::kGeneralScore) wait_dp();
+      });
+    sm90::pack_fragments<Element>(ds_frag, dp);
+    // dS^T of this warpgroup's keys into the step's dS tile: [kBlockM / 64][kBlockN keys][64 rows].
+    sm90::store_fragments_sw128<kBlockM, kBlockN * 128>(ds_tile + c * 64 * 128, ds_frag, th.warp, th.lane);
 
-      // dV += P^T dO.
-      sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dv, p_frag, do_tile, kBlockM * 128, step > 0);
-      // Both warpgroups' dS^T written (fenced for the async proxy) before a dQ reads it.
-      sm90::fence_async_shared();
-      // Alternate dQ: only warpgroup step % 2 reads the step's dS (bwd_ds_handover).
-      const bool computes_dq = !Config::kDqAlternate || (step & 1) == c;
-      if constexpr (Config::kDqAlternate) bwd_ds_handover(step, computes_dq);
-      else sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
-      // dQ chunk = dS K: A = dS^T's column block qb read transposed (M = rows, K = keys), B = K's
-      // column blocks from cb (K = keys, N = head dim).
-      float dq[kDqRegs];
-      if constexpr (Config::kDqSplitKeys)  // this warpgroup's 64 keys only
-        sm90::wgmma_mm<Element, Config::kDqCols, 64, true>(dq, ds_tile + c * 64 * 128, kBlockN * 128, k_addr + c * 64 * 128,
-                                                            kBlockN * 128);
-      else if (computes_dq)
-        sm90::wgmma_mm<Element, Config::kDqCols, kBlockN, true>(dq, ds_tile + qb * kBlockN * 128, kBlockN * 128,
-                                                                 k_addr + cb * (Config::kDqCols / 64) * kBlockN * 128, kBlockN * 128);
-      // dK += dS^T Q.
-      sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dk, ds_frag, q_tile, kBlockM * 128, step > 0);
+    // dV += P^T dO.
+    sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dv, p_frag, do_tile, kBlockM * 128, step > 0);
+    // Both warpgroups' dS^T written (fenced for the async proxy) before a dQ reads it.
+    sm90::fence_async_shared();
+    // Alternate dQ: only warpgroup step % 2 reads the step's dS (bwd_ds_handover).
+    const bool computes_dq = !Config::kDqAlternate || int(step & 1) == c;
+    if constexpr (Config::kDqAlternate) bwd_ds_handover(step, computes_dq);
+    else sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);
+    // dQ chunk = dS K: A = dS^T's column block qb read transposed (M = rows, K = keys), B = K's
+    // column blocks from cb (K = keys, N = head dim).
+    float dq[kDqRegs];
+    if constexpr (Config::kDqSplitKeys)  // this warpgroup's 64 keys only
+      sm90::wgmma_mm<Element, Config::kDqCols, 64, true>(dq, ds_tile + c * 64 * 128, kBlockN * 128, k_addr + c * 64 * 128,
+                                                          kBlockN * 128);
+    else if (computes_dq)
+      sm90::wgmma_mm<Element, Config::kDqCols, kBlockN, true>(dq, ds_tile + qb * kBlockN * 128, kBlockN * 128,
+                                                               k_addr + cb * (Config::kDqCols / 64) * kBlockN * 128, kBlockN * 128);
+    // dK += dS^T Q.
+    sm90::wgmma_rk<Element, kHeadDim, kBlockM>(dk, ds_frag, q_tile, kBlockM * 128, step > 0);
 
-      sm90::wgmma_wait<1>();  // dV and dQ done (without a dQ: dV); dK may still run
-      sm90::fence_accumulators(dv);
-      if (computes_dq) sm90::fence_accumulators(dq);
-      sm90::fence_fragments(p_frag);
-      sm.do_ring()->consumer_release(st);
-      if (computes_dq) {
-        // The chunk to the dQ writer: thread t's accumulators 4k .. 4k + 3 at float (128 k + t) * 4.
-        const uint32_t dq_stage = sm.addr(Config::kOffsetDq + c * Config::kDqBytes) + (threadIdx.x % 128) * 16;
-        if (c == 0) sm90::named_barrier_sync(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
-        else sm90::named_barrier_sync(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
+    sm90::wgmma_wait<1>();  // dV and dQ done (without a dQ: dV); dK may still run
+    sm90::fence_accumulators(dv);
+    if (computes_dq) sm90::fence_accumulators(dq);
+    sm90::fence_fragments(p_frag);
+    sm.do_ring()->consumer_release(st);
+    if (computes_dq) {
+      // The chunk to the dQ writer: thread t's accumulators 4k .. 4k + 3 at float (128 k + t) * 4.
+      const uint32_t dq_stage = sm.addr(Config::kOffsetDq + c * Config::kDqBytes) + (threadIdx.x % 128) * 16;
+      if (c == 0) sm90::named_barrier_sync(kBwdDqEmptyBarrier + 0, kBwdDqBarrierThreads);
+      else sm90::named_barrier_sync(kBwdDqEmptyBarrier + 1, kBwdDqBarrierThreads);
 #pragma unroll
-        for (int k = 0; k < kDqRegs / 4; ++k)
-          sm90::st_shared_f32x4(dq_stage + k * 2048, dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
-        sm90::fence_async_shared();
-        if (c == 0) sm90::named_barrier_arrive(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
-        else sm90::named_barrier_arrive(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
-      }
+      for (int k = 0; k < kDqRegs / 4; ++k)
+        sm90::st_shared_f32x4(dq_stage + k * 2048, dq[4 * k], dq[4 * k + 1], dq[4 * k + 2], dq[4 * k + 3]);
+      sm90::fence_async_shared();
+      if (c == 0) sm90::named_barrier_arrive(kBwdDqFullBarrier + 0, kBwdDqBarrierThreads);
+      else sm90::named_barrier_arrive(kBwdDqFullBarrier + 1, kBwdDqBarrierThreads);
+    }
 
-      sm90::wgmma_wait<0>();  // dK
-      sm90::fence_accumulators(dk);
-      sm90::fence_fragments(ds_frag);
-      sm.q_ring()->consumer_release(st);
-      ++step;
-      m = blk.next_row_block(m);
-    } while (m != blk.m_first);
-  }
+    sm90::wgmma_wait<0>();  // dK
+    sm90::fence_accumulators(dk);
+    sm90::fence_fragments(ds_frag);
+    sm.q_ring()->consumer_release(st);
+  });
 }
 
 // The consumer warpgroup's whole part: the steps, then dK and dV to global memory.
 template <typename Config>
 __device__ __forceinline__ void bwd_consumer(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   constexpr int kHeadDim = Config::kHeadDim, kAccRegs = kHeadDim / 2;
-  BwdThread th;
-  th.consumer = sm90::warp_uniform(int(threadIdx.x / 128)) - 1;
-  th.warp = int(threadIdx.x % 128) / 32;
-  th.lane = int(threadIdx.x % 32);
-  th.quad = th.lane % 4;
+  BwdThread th = BwdThread::of_consumer();
   const int key_local = 64 * th.consumer + 16 * th.warp + th.lane / 4;  // accumulator row 0's key in the block
   th.key[0] = blk.key0 + key_local;
   th.key[1] = th.key[0] + 8;

@@ -105,96 +105,84 @@ __device__ __forceinline__ void bwd_consume_rows(const BwdArgs& args, const BwdB
   sm90::mbarrier_wait(sm.kv_full(), 0);
   bwd_clear_kv_tails<Config>(p, blk, k_addr);
 
-  int step = 0;
-#pragma unroll 1
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int h = blk.hk * blk.heads_per_group + g;
-    int m = blk.m_first;
-#pragma unroll 1
-    do {  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1
-      const QState qst = QState::at(uint32_t(step));
-      const DoState dst = DoState::at(uint32_t(step));
-      const int row0 = m * kBlockM;
-      const uint32_t q_tile = sm.addr(Config::kOffsetQ + qst.stage * Config::kQBytes);
-      const uint32_t do_tile = sm.addr(Config::kOffsetDo + dst.stage * Config::kQBytes);
-      const uint32_t ds_tile = sm.addr(Config::kOffsetDs + (step % Config::kDsStages) * Config::kDsBytes);
-      const uint32_t p_tile = sm.addr(Config::kOffsetP + (step % Config::kDsStages) * Config::kPBytes);
+  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1, for each query head
+  bwd_for_each_step(blk, [&](uint32_t step, int, int h, int m) {
+    const QState qst = QState::at(step);
+    const DoState dst = DoState::at(step);
+    const int row0 = m * kBlockM;
+    const uint32_t q_tile = sm.addr(Config::kOffsetQ + qst.stage * Config::kQBytes);
+    const uint32_t do_tile = sm.addr(Config::kOffsetDo + dst.stage * Config::kQBytes);
+    const uint32_t ds_tile = sm.addr(Config::kOffsetDs + (step % Config::kDsStages) * Config::kDsBytes);
+    const uint32_t p_tile = sm.addr(Config::kOffsetP + (step % Config::kDsStages) * Config::kPBytes);
 
-      // S = Q K_c^T, dP = dO V_c^T: all 64 rows, this warpgroup's 40 keys.
-      float s[kSRegs], dp[kSRegs];
-      sm.q_ring()->consumer_wait(qst);
-      sm90::wgmma_kk<Element, kKeys, kHeadDim, true>(s, q_tile, kBlockM * 128, k_addr + c * kKeys * 128, kBlockN * 128);
-      sm.do_ring()->consumer_wait(dst);
-      sm90::wgmma_kk<Element, kKeys, kHeadDim, true>(dp, do_tile, kBlockM * 128, v_addr + c * kKeys * 128, kBlockN * 128);
-      sm90::wgmma_wait<1>();  // S; dP may still run
-      sm90::fence_accumulators(s);
-      auto wait_dp = [&] {
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(dp);
-      };
-      const uint32_t lse_addr = sm90::smem_u32(sm.lse(qst.stage)), delta_addr = sm90::smem_u32(sm.delta(dst.stage));
-      uint32_t p_pairs[kSRegs / 2], ds_pairs[kSRegs / 2];
-      if (bwd_tile_unmasked<kBlockM, kKeys>(p, blk, key_first, row0))
-        bwd_rows_probabilities_and_ds<Config, false>(s, dp, p_pairs, ds_pairs, th, p, blk, row0, key_first, lse_addr, delta_addr, wait_dp);
-      else
-        bwd_rows_probabilities_and_ds<Config, true>(s, dp, p_pairs, ds_pairs, th, p, blk, row0, key_first, lse_addr, delta_addr, wait_dp);
-      // P^T and dS^T: this warpgroup's 40 keys are rows 40c .. of the [80 keys][64 rows] tiles.
-      sm90::store_pairs_transposed_sw128<kKeys / 8>(p_tile + c * kKeys * 128, p_pairs, th.warp, th.lane);
-      sm90::store_pairs_transposed_sw128<kKeys / 8>(ds_tile + c * kKeys * 128, ds_pairs, th.warp, th.lane);
-      sm90::fence_async_shared();
-      sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);  // both halves written
+    // S = Q K_c^T, dP = dO V_c^T: all 64 rows, this warpgroup's 40 keys.
+    float s[kSRegs], dp[kSRegs];
+    sm.q_ring()->consumer_wait(qst);
+    sm90::wgmma_kk<Element, kKeys, kHeadDim, true>(s, q_tile, kBlockM * 128, k_addr + c * kKeys * 128, kBlockN * 128);
+    sm.do_ring()->consumer_wait(dst);
+    sm90::wgmma_kk<Element, kKeys, kHeadDim, true>(dp, do_tile, kBlockM * 128, v_addr + c * kKeys * 128, kBlockN * 128);
+    sm90::wgmma_wait<1>();  // S; dP may still run
+    sm90::fence_accumulators(s);
+    auto wait_dp = [&] {
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dp);
+    };
+    const uint32_t lse_addr = sm90::smem_u32(sm.lse(qst.stage)), delta_addr = sm90::smem_u32(sm.delta(dst.stage));
+    uint32_t p_pairs[kSRegs / 2], ds_pairs[kSRegs / 2];
+    if (bwd_tile_unmasked<kBlockM, kKeys>(p, blk, key_first, row0))
+      bwd_rows_probabilities_and_ds<Config, false>(s, dp, p_pairs, ds_pairs, th, p, blk, row0, key_first, lse_addr, delta_addr, wait_dp);
+    else
+      bwd_rows_probabilities_and_ds<Config, true>(s, dp, p_pairs, ds_pairs, th, p, blk, row0, key_first, lse_addr, delta_addr, wait_dp);
+    // P^T and dS^T: this warpgroup's 40 keys are rows 40c .. of the [80 keys][64 rows] tiles.
+    sm90::store_pairs_transposed_sw128<kKeys / 8>(p_tile + c * kKeys * 128, p_pairs, th.warp, th.lane);
+    sm90::store_pairs_transposed_sw128<kKeys / 8>(ds_tile + c * kKeys * 128, ds_pairs, th.warp, th.lane);
+    sm90::fence_async_shared();
+    sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);  // both halves written
 
-      // dQ_c = dS K[:, c] in two 64-column slices; slice 0 first, so that its adds run beside
-      // the dV_c^T += dO_c^T P and dK_c^T += Q_c^T dS wgmmas (per 64-column block). The fences
-      // that end those wgmmas (release_stages) come before slice 1 starts: beside a live slice
-      // their 160 registers would spill it.
-      auto dq_slice = [&](float (&dq)[kDqRegs], int slice) {
-        const int col = slice * 2 * kDqRegs;  // the slice's first column among this warpgroup's
-        sm90::wgmma_mm<Element, 2 * kDqRegs, kBlockN, true>(
-            dq, ds_tile, kBlockN * 128, k_addr + (first_block + col / 64) * kBlockN * 128 + (col % 64) * 2, kBlockN * 128);
-      };
-      auto release_stages = [&] {  // dV and dK done: the step's Q and dO stages are free
+    // dQ_c = dS K[:, c] in two 64-column slices; slice 0 first, so that its adds run beside
+    // the dV_c^T += dO_c^T P and dK_c^T += Q_c^T dS wgmmas (per 64-column block). The fences
+    // that end those wgmmas (release_stages) come before slice 1 starts: beside a live slice
+    // their 160 registers would spill it.
+    auto dq_slice = [&](float (&dq)[kDqRegs], int slice) {
+      const int col = slice * 2 * kDqRegs;  // the slice's first column among this warpgroup's
+      sm90::wgmma_mm<Element, 2 * kDqRegs, kBlockN, true>(
+          dq, ds_tile, kBlockN * 128, k_addr + (first_block + col / 64) * kBlockN * 128 + (col % 64) * 2, kBlockN * 128);
+    };
+    auto release_stages = [&] {  // dV and dK done: the step's Q and dO stages are free
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          sm90::fence_accumulators(dv[t]);
-          sm90::fence_accumulators(dk[t]);
-        }
-        sm.do_ring()->consumer_release(dst);
-        sm.q_ring()->consumer_release(qst);
-      };
-      float dq[kDqRegs];
-      dq_slice(dq, 0);
+      for (int t = 0; t < 2; ++t) {
+        sm90::fence_accumulators(dv[t]);
+        sm90::fence_accumulators(dk[t]);
+      }
+      sm.do_ring()->consumer_release(dst);
+      sm.q_ring()->consumer_release(qst);
+    };
+    float dq[kDqRegs];
+    dq_slice(dq, 0);
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
-        sm90::wgmma_mk<Element, kBlockN, kBlockM>(dv[t], do_tile + (first_block + t) * kBlockM * 128, p_tile, step > 0);
+    for (int t = 0; t < 2; ++t)
+      sm90::wgmma_mk<Element, kBlockN, kBlockM>(dv[t], do_tile + (first_block + t) * kBlockM * 128, p_tile, step > 0);
 #pragma unroll
-      for (int t = 0; t < 2; ++t)
-        sm90::wgmma_mk<Element, kBlockN, kBlockM>(dk[t], q_tile + (first_block + t) * kBlockM * 128, ds_tile, step > 0);
-      sm90::wgmma_wait<4>();  // slice 0 (groups complete in order); dV and dK may still run
-      sm90::fence_accumulators(dq);
-      bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 0, dq);
-      sm90::wgmma_wait<0>();
-      release_stages();
-      dq_slice(dq, 1);
-      sm90::wgmma_wait<0>();
-      sm90::fence_accumulators(dq);
-      bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 1, dq);
-      ++step;
-      m = blk.next_row_block(m);
-    } while (m != blk.m_first);
-  }
+    for (int t = 0; t < 2; ++t)
+      sm90::wgmma_mk<Element, kBlockN, kBlockM>(dk[t], q_tile + (first_block + t) * kBlockM * 128, ds_tile, step > 0);
+    sm90::wgmma_wait<4>();  // slice 0 (groups complete in order); dV and dK may still run
+    sm90::fence_accumulators(dq);
+    bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 0, dq);
+    sm90::wgmma_wait<0>();
+    release_stages();
+    dq_slice(dq, 1);
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(dq);
+    bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 1, dq);
+  });
 }
 
 // The consumer warpgroup's whole part: the steps, then its columns of dK and dV.
 template <typename Config>
 __device__ __forceinline__ void bwd_consumer_rows(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk,
                                                   const BwdSmem<Config>& sm) {
-  BwdThread th;
-  th.consumer = sm90::warp_uniform(int(threadIdx.x / 128)) - 1;
-  th.warp = int(threadIdx.x % 128) / 32;
-  th.lane = int(threadIdx.x % 32);
-  th.quad = th.lane % 4;
-  th.key[0] = th.key[1] = 0;  // (keys are accumulator columns here)
+  BwdThread th = BwdThread::of_consumer();
+  // (keys are accumulator columns here: th.key is not used)
   float dk[2][40], dv[2][40];  // started by the first step's wgmmas (see bwd_consumer)
   const bool any_step = blk.steps() > 0;
   if (any_step) bwd_consume_rows<Config>(args, blk, sm, dk, dv, th);

@@ -72,112 +72,100 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
   sm90::mbarrier_wait(sm.kv_full(), 0);
   bwd_clear_kv_tails<Config>(p, blk, k_addr);
 
-  int step = 0;
-#pragma unroll 1
-  for (int g = 0; g < blk.heads_per_group; ++g) {
-    const int h = blk.hk * blk.heads_per_group + g;
-    int m = blk.m_first;
-#pragma unroll 1
-    do {  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1
-      const State st = State::at(uint32_t(step));
-      const int row0 = m * kBlockM, rows0 = row0 + c * kRows;  // the step's and this warpgroup's first row
-      const uint32_t q_tile = sm.addr(Config::kOffsetQ + st.stage * Config::kQBytes);
-      const uint32_t do_tile = sm.addr(Config::kOffsetDo + st.stage * Config::kQBytes);
-      const uint32_t ds_tile = sm.addr(Config::kOffsetDs + (step % Config::kDsStages) * Config::kDsBytes);
-      const uint32_t p_tile = sm.addr(Config::kOffsetP + (step % Config::kDsStages) * Config::kPBytes);
+  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1, for each query head
+  bwd_for_each_step(blk, [&](uint32_t step, int, int h, int m) {
+    const State st = State::at(step);
+    const int row0 = m * kBlockM, rows0 = row0 + c * kRows;  // the step's and this warpgroup's first row
+    const uint32_t q_tile = sm.addr(Config::kOffsetQ + st.stage * Config::kQBytes);
+    const uint32_t do_tile = sm.addr(Config::kOffsetDo + st.stage * Config::kQBytes);
+    const uint32_t ds_tile = sm.addr(Config::kOffsetDs + (step % Config::kDsStages) * Config::kDsBytes);
+    const uint32_t p_tile = sm.addr(Config::kOffsetP + (step % Config::kDsStages) * Config::kPBytes);
 
-      // S^T = K Q_c^T, dP^T = V dO_c^T: every key, this warpgroup's rows (32 rows into the tile).
-      float s[kSRegs], dp[kSRegs];
-      sm.q_ring()->consumer_wait(st);
-      sm90::wgmma_kk<Element, kRows, kHeadDim, true>(s, k_addr, kBlockN * 128, q_tile + c * kRows * 128, kBlockM * 128);
-      sm.do_ring()->consumer_wait(st);
-      sm90::wgmma_kk<Element, kRows, kHeadDim, true>(dp, v_addr, kBlockN * 128, do_tile + c * kRows * 128, kBlockM * 128);
+    // S^T = K Q_c^T, dP^T = V dO_c^T: every key, this warpgroup's rows (32 rows into the tile).
+    float s[kSRegs], dp[kSRegs];
+    sm.q_ring()->consumer_wait(st);
+    sm90::wgmma_kk<Element, kRows, kHeadDim, true>(s, k_addr, kBlockN * 128, q_tile + c * kRows * 128, kBlockM * 128);
+    sm.do_ring()->consumer_wait(st);
+    sm90::wgmma_kk<Element, kRows, kHeadDim, true>(dp, v_addr, kBlockN * 128, do_tile + c * kRows * 128, kBlockM * 128);
 
-      const uint32_t lse_addr = sm90::smem_u32(sm.lse(st.stage)) + c * kRows * 4;
-      const uint32_t delta_addr = sm90::smem_u32(sm.delta(st.stage)) + c * kRows * 4;
-      auto wait_dp = [&] {
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(dp);
-      };
-      if constexpr (!Config::kGeneralScore) {
-        sm90::wgmma_wait<1>();  // S^T; dP^T may still run
-        sm90::fence_accumulators(s);
-      } else {
-        wait_dp();
-        sm90::fence_accumulators(s);
-      }
-      uint32_t p_frag[kRows / 16][4], ds_frag[kRows / 16][4];
-      if (bwd_tile_unmasked<kRows>(p, blk, blk.key0, rows0))
-        bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, rows0, lse_addr, delta_addr, [&] {
-          if constexpr (!Config::kGeneralScore) wait_dp();
-        });
-      else
-        bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, rows0, lse_addr, delta_addr, [&] {
-          if constexpr (!Config::kGeneralScore) wait_dp();
-        });
-      sm90::pack_fragments<Element>(ds_frag, dp);
-      // P^T and dS^T: 64 keys x this warpgroup's 32 rows, columns 32c .. of the 64-row tiles.
-      sm90::store_fragments_sw128<kRows>(p_tile, p_frag, th.warp, th.lane, c * kRows / 8);
-      sm90::store_fragments_sw128<kRows>(ds_tile, ds_frag, th.warp, th.lane, c * kRows / 8);
-      sm90::fence_async_shared();
-      sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);  // both halves written
+    const uint32_t lse_addr = sm90::smem_u32(sm.lse(st.stage)) + c * kRows * 4;
+    const uint32_t delta_addr = sm90::smem_u32(sm.delta(st.stage)) + c * kRows * 4;
+    auto wait_dp = [&] {
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dp);
+    };
+    if constexpr (!Config::kGeneralScore) {
+      sm90::wgmma_wait<1>();  // S^T; dP^T may still run
+      sm90::fence_accumulators(s);
+    } else {
+      wait_dp();
+      sm90::fence_accumulators(s);
+    }
+    uint32_t p_frag[kRows / 16][4], ds_frag[kRows / 16][4];
+    if (bwd_tile_unmasked<kRows>(p, blk, blk.key0, rows0))
+      bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, rows0, lse_addr, delta_addr, [&] {
+        if constexpr (!Config::kGeneralScore) wait_dp();
+      });
+    else
+      bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, rows0, lse_addr, delta_addr, [&] {
+        if constexpr (!Config::kGeneralScore) wait_dp();
+      });
+    sm90::pack_fragments<Element>(ds_frag, dp);
+    // P^T and dS^T: 64 keys x this warpgroup's 32 rows, columns 32c .. of the 64-row tiles.
+    sm90::store_fragments_sw128<kRows>(p_tile, p_frag, th.warp, th.lane, c * kRows / 8);
+    sm90::store_fragments_sw128<kRows>(ds_tile, ds_frag, th.warp, th.lane, c * kRows / 8);
+    sm90::fence_async_shared();
+    sm90::named_barrier_sync(kBwdDsBarrier, kBwdConsumerThreads);  // both halves written
 
-      // dV_c += P^T dO[:, c], dK_c += dS^T Q[:, c] (A K-major: keys x rows), dQ_c = dS K[:, c]
-      // (A = dS^T read transposed: rows x keys), in two 64-column slices.
-      auto dq_slice = [&](float (&dq)[kAccRegs / 2], int slice) {
-        sm90::wgmma_mm<Element, kCols / 2, kBlockN, true>(dq, ds_tile, kBlockN * 128,
-                                                          k_addr + (first_block + slice * kCols / 128) * kBlockN * 128, kBlockN * 128);
-      };
-      auto release_stages = [&] {  // dV and dK done: the step's Q and dO stages are free
-        sm90::fence_accumulators(dv);
-        sm90::fence_accumulators(dk);
-        sm.do_ring()->consumer_release(st);
-        sm.q_ring()->consumer_release(st);
-      };
-      if constexpr (Config::kDqOverlap) {
-        // Slice 0 first: its adds run while the tensor cores work on dV and dK, then slice 1.
-        float dq[kAccRegs / 2];
-        dq_slice(dq, 0);
-        sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
-        sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
-        sm90::wgmma_wait<2>();  // slice 0 (groups complete in order); dV and dK may still run
-        sm90::fence_accumulators(dq);
-        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 0, dq);
-        dq_slice(dq, 1);
-        sm90::wgmma_wait<1>();  // dV and dK
-        release_stages();
-        sm90::wgmma_wait<0>();
-        sm90::fence_accumulators(dq);
-        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 1, dq);
-      } else {
-        sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
-        sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
-        // Each slice added as soon as it is done.
+    // dV_c += P^T dO[:, c], dK_c += dS^T Q[:, c] (A K-major: keys x rows), dQ_c = dS K[:, c]
+    // (A = dS^T read transposed: rows x keys), in two 64-column slices.
+    auto dq_slice = [&](float (&dq)[kAccRegs / 2], int slice) {
+      sm90::wgmma_mm<Element, kCols / 2, kBlockN, true>(dq, ds_tile, kBlockN * 128,
+                                                        k_addr + (first_block + slice * kCols / 128) * kBlockN * 128, kBlockN * 128);
+    };
+    auto release_stages = [&] {  // dV and dK done: the step's Q and dO stages are free
+      sm90::fence_accumulators(dv);
+      sm90::fence_accumulators(dk);
+      sm.do_ring()->consumer_release(st);
+      sm.q_ring()->consumer_release(st);
+    };
+    if constexpr (Config::kDqOverlap) {
+      // Slice 0 first: its adds run while the tensor cores work on dV and dK, then slice 1.
+      float dq[kAccRegs / 2];
+      dq_slice(dq, 0);
+      sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+      sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+      sm90::wgmma_wait<2>();  // slice 0 (groups complete in order); dV and dK may still run
+      sm90::fence_accumulators(dq);
+      bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 0, dq);
+      dq_slice(dq, 1);
+      sm90::wgmma_wait<1>();  // dV and dK
+      release_stages();
+      sm90::wgmma_wait<0>();
+      sm90::fence_accumulators(dq);
+      bwd_add_dq_wide<Config>(args, blk, h, row0, col0, 1, dq);
+    } else {
+      sm90::wgmma_km<Element, kCols, kBlockM>(dv, p_tile, 0, do_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+      sm90::wgmma_km<Element, kCols, kBlockM>(dk, ds_tile, 0, q_tile + first_block * kBlockM * 128, kBlockM * 128, step > 0);
+      // Each slice added as soon as it is done.
 #pragma unroll
-        for (int slice = 0; slice < 2; ++slice) {
-          float dq[kAccRegs / 2];
-          dq_slice(dq, slice);
-          sm90::wgmma_wait<0>();
-          sm90::fence_accumulators(dq);
-          if (slice == 0) release_stages();
-          bwd_add_dq_wide<Config>(args, blk, h, row0, col0, slice, dq);
-        }
+      for (int slice = 0; slice < 2; ++slice) {
+        float dq[kAccRegs / 2];
+        dq_slice(dq, slice);
+        sm90::wgmma_wait<0>();
+        sm90::fence_accumulators(dq);
+        if (slice == 0) release_stages();
+        bwd_add_dq_wide<Config>(args, blk, h, row0, col0, slice, dq);
       }
-      ++step;
-      m = blk.next_row_block(m);
-    } while (m != blk.m_first);
-  }
+    }
+  });
 }
 
 // The wide consumer warpgroup's whole part: the steps, then its columns of dK and dV.
 template <typename Config>
 __device__ __forceinline__ void bwd_consumer_wide(const BwdMaps& maps, const BwdArgs& args, const BwdBlock& blk, const BwdSmem<Config>& sm) {
   constexpr int kAccRegs = Config::kDqCols / 2;
-  BwdThread th;
-  th.consumer = sm90::warp_uniform(int(threadIdx.x / 128)) - 1;
-  th.warp = int(threadIdx.x % 128) / 32;
-  th.lane = int(threadIdx.x % 32);
-  th.quad = th.lane % 4;
+  BwdThread th = BwdThread::of_consumer();
   th.key[0] = blk.key0 + 16 * th.warp + th.lane / 4;  // both warpgroups: all 64 keys
   th.key[1] = th.key[0] + 8;
   float dk[kAccRegs], dv[kAccRegs];  // started by the first step's wgmmas (see bwd_consumer)

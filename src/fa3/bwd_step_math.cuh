@@ -60,6 +60,17 @@ __device__ __forceinline__ void static_for(F&& f) {
 struct BwdThread {
   int consumer, warp, lane, quad;
   int key[2];  // keys of accumulator rows 0 and 1 (+ 8)
+
+  // A consumer warpgroup's thread (warpgroup 0 is the producer's); the keys are the kernel's to set.
+  static __device__ __forceinline__ BwdThread of_consumer() {
+    BwdThread th;
+    th.consumer = sm90::warp_uniform(int(threadIdx.x / 128)) - 1;
+    th.warp = int(threadIdx.x % 128) / 32;
+    th.lane = int(threadIdx.x % 32);
+    th.quad = th.lane % 4;
+    th.key[0] = th.key[1] = 0;
+    return th;
+  }
 };
 
 // P^T and dS^T of a step from S^T and dP^T: P^T packed into p_frag (the A operand of dV += P^T
