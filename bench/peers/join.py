@@ -65,7 +65,7 @@ def print_table(title, header, table, names, fmt, key_cells=lambda key: [str(x) 
         return
     ours = [n for n in names if n.startswith("ours-")]
     ratios = [(o, p) for o in ours for p in RATIO_PEERS if p in names]
-    header = header + names + [f"{o[5:]}/{p}" for o, p in ratios]
+    header = header + names + [f"{o}/{p}" for o, p in ratios]
     if title:
         print(f"\n{title}\n")
     print("| " + " | ".join(header) + " |")
