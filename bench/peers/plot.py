@@ -1,5 +1,5 @@
 """Draws the peers grid as in the FlashAttention papers: TFLOP/s against sequence length, one panel
-per (direction, head dim, causal), one line per backend, from the JSON files that join.py reads
+per (direction, head dim, causal; fp8 forward rows in panels of their own), one line per backend, from the JSON files that join.py reads
 (a peers list: sdpa_peers.py / fa3_bench.py; flashattn_bench documents: {"rows": [...]}).
 
 usage: python3 bench/peers/plot.py --out FILE.png [--title TEXT] JSON [JSON ...]
@@ -13,11 +13,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def with_precision(row):
+    """fp8 rows (ours' e4m3, fa3_bench.py's fa3-fp8) get panels of their own ("fwd fp8"), where
+    FA3's fp8 line takes FA3's colour."""
+    if "e4m3" not in str(row.get("dtype", "")):
+        return row
+    backend = row["backend"][: -len("-fp8")] if row["backend"].endswith("-fp8") else row["backend"]
+    return dict(row, direction=row["direction"] + " fp8", backend=backend)
+
+
 def rows_of(path):
     doc = json.load(open(path))
     if isinstance(doc, dict):  # flashattn_bench: ours
-        return [dict(r, backend="ours-" + r["backend"]) for r in doc["rows"]]
-    return doc
+        return [with_precision(dict(r, backend="ours-" + r["backend"])) for r in doc["rows"]]
+    return [with_precision(r) for r in doc]
 
 
 def main():
@@ -27,7 +36,7 @@ def main():
     ap.add_argument("json", nargs="+")
     a = ap.parse_args()
     rows = [r for path in a.json for r in rows_of(path)]
-    dirs = [d for d in ("fwd", "bwd") if any(r["direction"] == d for r in rows)]
+    dirs = [d for d in ("fwd", "fwd fp8", "bwd") if any(r["direction"] == d for r in rows)]
     dims = sorted({r["head_dim"] for r in rows})
     panels = [(d, hd, c) for d in dirs for hd in dims for c in (0, 1)]
     cols = 2 * len(dims)
