@@ -22,7 +22,6 @@ struct Fp8FwdConfig {
   static constexpr bool kFp8 = true;
   using Element = __nv_fp8_e4m3;  // q, k, v
   using OutElement = OutElement_;  // O: bfloat16 or float16
-  static constexpr bool kPInSmem = false;
   // Only calls without causal or window limits (as FwdConfig::kNoKeyLimits).
   static constexpr bool kNoKeyLimits = kNoKeyLimits_;
   static constexpr bool kPingPong = kPingPong_;
@@ -67,7 +66,6 @@ struct Fp8FwdConfig {
   static constexpr int kKBytes = kBlockN * kHeadDim;   // one stage
   static constexpr int kVBytes = kBlockN * kHeadDimV;  // one stage, as loaded
   static constexpr int kVtBytes = sm90::kTransposedBytes<kBlockN, kHeadDimV>;  // one stage, transposed
-  static constexpr int kPBytes = 0;
   static constexpr int kOBytes = kBlockM * kHeadDimV * 2;  // 16-bit O, staged in the V stages for TMA stores
   static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes + kVtBytes) + 1024 /*barriers*/ + 1024 /*alignment*/;
   static_assert(kQBytes % 1024 == 0 && kKBytes % 1024 == 0 && kVBytes % 1024 == 0 && kVtBytes % 1024 == 0,

@@ -6,16 +6,11 @@
 namespace flashattn::fa3 {
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_,
-          int kConsumers_ = 2, bool kPInSmem_ = false>
+          int kConsumers_ = 2>
 struct FwdConfig {
-  // P V takes P from shared memory (each consumer warpgroup's own 64 x kBlockN tile, K-major in
-  // the 128-byte swizzle) instead of registers: the P fragments no longer hold registers through
-  // the next tile's S, which lets three consumer warpgroups (160 registers) run 192 x 192 at d64
-  // (FA3's unmasked d64 tile).
-  static constexpr bool kPInSmem = kPInSmem_;
-  // Only calls without causal or window limits (the launch checks): the last key tile is the only
-  // masked one, its keys past the sequence's end the same for every row.
-  static constexpr bool kNoKeyLimits = kPInSmem_;
+  // Every 16-bit kernel takes calls of any mask (fp8 has kernels for calls without causal or
+  // window limits only: Fp8FwdConfig::kNoKeyLimits).
+  static constexpr bool kNoKeyLimits = false;
   // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;
   // Consumer warpgroups of 64 rows each: 2, or 3 for d64 (FA3's 192-row tile: at d64 the GEMMs
@@ -52,17 +47,14 @@ struct FwdConfig {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKBytes = kBlockN * kHeadDim * 2;   // one stage
   static constexpr int kVBytes = kBlockN * kHeadDimV * 2;  // one stage
-  static constexpr int kPBytes = kPInSmem ? 64 * kBlockN * 2 : 0;  // per consumer warpgroup
   // O staged for the TMA store, [column block of v][kBlockM rows][64]: the last kOBytes of the
   // V ring (as FA3 does: no room for a buffer of its own at d128 x 176 or d256), which is free
   // once every warpgroup's last P V is done; the producer loads the next tile's V only after the
   // store has read it.
   static constexpr int kOBytes = kBlockM * kHeadDimV * 2;
-  // Q, then the K and V rings, the P tiles, then the barriers; every tile 1024-byte aligned for the swizzle.
-  static constexpr int kSmemBytes =
-      kQBytes + kStages * (kKBytes + kVBytes) + kConsumers * kPBytes + 1024 /*barriers*/ + 1024 /*alignment*/;
+  // Q, then the K and V rings, then the barriers; every tile 1024-byte aligned for the swizzle.
+  static constexpr int kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + 1024 /*barriers*/ + 1024 /*alignment*/;
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0 && kBlockN % 16 == 0, "tile shape");
-  static_assert(!kPInSmem || kBlockN % 64 == 0, "P in shared memory: 64-key column blocks");
   static_assert(kOBytes <= kStages * kVBytes && (kStages * kVBytes - kOBytes) % 1024 == 0, "O staged in the V ring");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm90 CTA");
 };

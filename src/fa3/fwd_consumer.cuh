@@ -1,7 +1,6 @@
 // The FA3 forward's consumer warpgroups: for each work tile the producer publishes, S = Q K^T
 // (wgmma, both operands in shared memory, K-major), the masked online softmax in registers
-// (fwd_softmax.cuh), O += P V with P as the register A operand (or, FwdConfig::kPInSmem, from
-// shared memory) and V MN-major, intra-warpgroup overlap of the softmax with the GEMMs and
+// (fwd_softmax.cuh), O += P V with P as the register A operand and V MN-major, intra-warpgroup overlap of the softmax with the GEMMs and
 // ping-pong between the warpgroups; then the epilogue (fwd_epilogue.cuh).
 // fp8 (Config::kFp8): S = Q K^T on e4m3 wgmmas (k32 steps), the scale times q_descale k_descale of
 // the tile's (sequence, kv head), P shifted by 2^kPShift and packed to e4m3 A fragments
@@ -44,7 +43,6 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   Element* smem_q = sm.q;
   Element* smem_k = sm.k;
   Element* smem_v = sm.v;
-  unsigned char* smem_p = sm.p;
   auto* pipeline_k = sm.pipeline_k;
   // The ring P V reads: V (16-bit) or V transposed (fp8).
   auto* pipeline_v = Config::kFp8 ? sm.pipeline_vt : sm.pipeline_v;
@@ -60,17 +58,14 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
   // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
-  // kPBarrier + c: consumer c's P tile written (its 128 threads; P in shared memory only).
   // kEpilogueBarrier: every consumer's last P V done (O's staging area is in the V ring: P V read
   // it, or fp8: the transposing warps read it before P V could start), then O staged.
-  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = kFwdClearBarrier, kTurnBarrier = kFwdTurnBarrier,
-                     kPBarrier = kFwdPBarrier;
+  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = kFwdClearBarrier, kTurnBarrier = kFwdTurnBarrier;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
   const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * Config::kQKSwizzle;  // this warpgroup's 64 rows
   const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
   const uint32_t pv_addr = Config::kFp8 ? sm90::smem_u32(sm.vt) : v_addr;  // what P V reads
-  const uint32_t p_addr = sm90::smem_u32(smem_p) + consumer * Config::kPBytes;  // this warpgroup's P tile
   // A warp's arrival on a stage's empty barrier, once all its lanes are past their wait.
   auto release = [&](uint64_t* empty) {
     __syncwarp();
@@ -115,7 +110,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
     float s[kSRegs];
-    uint32_t p_frag[Config::kPInSmem ? 1 : kBlockN / (Config::kFp8 ? 32 : 16)][4];  // P as registers (not kPInSmem)
+    uint32_t p_frag[kBlockN / (Config::kFp8 ? 32 : 16)][4];  // P as the A operand of P V
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
 
     // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4). fp8: k32 step j
@@ -142,7 +137,6 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     };
     // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
     // blocks kBlockN * 128 bytes apart (MN-major).
-    // With P in shared memory its k16 step kk reads column block kk / 4 at byte offset 32 * (kk % 4).
     // fp8: k32 step kk of Vt (K-major, keys in 128-key blocks of kHeadDimV rows) reads block
     // kk / 4 at byte offset 32 (kk % 4).
     auto issue_pv = [&](int stage) {
@@ -156,30 +150,15 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       } else {
         const sm90::SmemDescriptor v(sm90::mnmajor_descriptor_at(sm90::opaque_u32(v_addr + stage * Config::kVBytes), kBlockN * 128));
         sm90::wgmma_fence();
-        if constexpr (Config::kPInSmem) {
-          const sm90::SmemDescriptor pd(sm90::kmajor_descriptor_at(sm90::opaque_u32(p_addr)));
 #pragma unroll
-          for (int kk = 0; kk < kBlockN / 16; ++kk)
-            sm90::Wgmma<Element, kHeadDimV>::template ss<1>(o, pd.at((kk / 4) * 64 * 128 + (kk % 4) * 32), v.at(kk * 2048), 1);
-        } else {
-#pragma unroll
-          for (int kk = 0; kk < kBlockN / 16; ++kk)
-            sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], v.at(kk * 2048), 1);
-        }
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], v.at(kk * 2048), 1);
       }
       sm90::wgmma_commit();
     };
-    // P of the tile just done in softmax, as the next P V reads it: from registers (packed A
-    // fragments) or written to this warpgroup's P tile. The previous P V has finished reading the
-    // tile (its wait is in softmax_tile); the barrier makes every warp's stores, fenced for the
-    // async proxy, visible to the warpgroup's next wgmma.
+    // P of the tile just done in softmax, packed into the A fragments the next P V reads.
     auto write_p = [&]() {
-      if constexpr (Config::kPInSmem) {
-        constexpr float kUnscaled[2] = {1.f, 1.f};
-        sm90::store_accumulators_sw128<Element, kBlockN, false>(p_addr, s, kUnscaled, warp, lane);
-        sm90::fence_async_shared();
-        sm90::named_barrier_sync_of<kPBarrier, 128>(consumer);
-      } else if constexpr (Config::kFp8) {
+      if constexpr (Config::kFp8) {
         sm90::pack_fragments_e4m3(p_frag, s);
       } else {
         sm90::pack_fragments<Element>(p_frag, s);
@@ -225,10 +204,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       else
         scores_to_logits<Config::kGeneralScore>(s, p.score, p, at, key0, b, h, sq, sk);
       if constexpr (Config::kNoKeyLimits) {
-        // Calls without causal or window limits only (the launch checks): the last key tile is the
-        // only masked one, the same for every row, and the mask needs no P V wait (no P registers
-        // to reuse): the general interval mask's registers spill these 192 x 192 tiles (and fp8's
-        // 128 x 224).
+        // Calls without causal or window limits only (fp8's d64 kernel for them; the launch
+        // checks): the last key tile is the only masked one, the same for every row, and the mask
+        // needs no P V wait.
         if (key0 + kBlockN > sk) mask_keys_past_end(s, at, key0, sk);
         softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below

@@ -60,8 +60,7 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, cudaStream_t stream) {
 // The instantiation of kFwdKernels[I] (fwd_plan.h).
 template <typename Element, size_t I>
 using KernelConfig = FwdConfig<Element, kFwdKernels[I].head_dim, kFwdKernels[I].head_dim_v, kFwdKernels[I].block_n, 2,
-                               kFwdKernels[I].general_score, kFwdKernels[I].pingpong, kFwdKernels[I].consumers,
-                               kFwdKernels[I].p_in_smem>;
+                               kFwdKernels[I].general_score, kFwdKernels[I].pingpong, kFwdKernels[I].consumers>;
 
 // Launches kFwdKernels[I] when it is the plan's and of these head dims.
 template <typename Element, int kHeadDim, int kHeadDimV, size_t I>

@@ -16,41 +16,26 @@
 namespace flashattn::fa3 {
 
 // One FA3 forward kernel: FwdConfig<Element, head_dim, head_dim_v, block_n, 2 stages,
-// general_score, pingpong, consumers, p_in_smem> (fwd_config.h), 64 * consumers query rows per
-// tile.
+// general_score, pingpong, consumers> (fwd_config.h), 64 * consumers query rows per tile.
 struct FwdKernelShape {
   int head_dim, head_dim_v;  // the kernel's: multiples of 64
   int block_n;               // keys per K/V tile
   int consumers;             // consumer warpgroups: 2, or 3 at d64
   bool general_score;        // softcap, ALiBi or scale <= 0: two consumers, no ping-pong
   bool pingpong;             // the consumer warpgroups take turns issuing their wgmmas
-  bool p_in_smem;            // P V takes P from shared memory (d64 on 192 keys)
 };
 
 // The kernels built, per element type (fwd_hdim*.cu instantiate exactly these). d64 keeps
 // ping-pong on (off measured slower); the general score path takes narrower key tiles at
 // d192/d256 (more live values per element).
 inline constexpr FwdKernelShape kFwdKernels[] = {
-    {64, 64, 128, 2, true, false, false},
-    {64, 64, 128, 2, false, true, false},
-    {64, 64, 128, 3, false, true, false},
-    {64, 64, 192, 3, false, true, true},
-    {128, 128, 128, 2, true, false, false},
-    {128, 128, 128, 2, false, true, false},
-    {128, 128, 128, 2, false, false, false},
-    {128, 128, 144, 2, false, true, false},
-    {128, 128, 144, 2, false, false, false},
-    {128, 128, 176, 2, false, true, false},
-    {128, 128, 176, 2, false, false, false},
-    {192, 128, 128, 2, true, false, false},
-    {192, 128, 128, 2, false, true, false},
-    {192, 128, 128, 2, false, false, false},
-    {192, 192, 96, 2, true, false, false},
-    {192, 192, 112, 2, false, true, false},
-    {192, 192, 112, 2, false, false, false},
-    {256, 256, 64, 2, true, false, false},
-    {256, 256, 80, 2, false, true, false},
-    {256, 256, 80, 2, false, false, false},
+    {64, 64, 128, 2, true, false},     {64, 64, 128, 2, false, true},     {64, 64, 128, 3, false, true},
+    {128, 128, 128, 2, true, false},   {128, 128, 128, 2, false, true},   {128, 128, 128, 2, false, false},
+    {128, 128, 144, 2, false, true},   {128, 128, 144, 2, false, false},  {128, 128, 176, 2, false, true},
+    {128, 128, 176, 2, false, false},  {192, 128, 128, 2, true, false},   {192, 128, 128, 2, false, true},
+    {192, 128, 128, 2, false, false},  {192, 192, 96, 2, true, false},    {192, 192, 112, 2, false, true},
+    {192, 192, 112, 2, false, false},  {256, 256, 64, 2, true, false},    {256, 256, 80, 2, false, true},
+    {256, 256, 80, 2, false, false},
 };
 
 struct FwdPlan {
@@ -91,9 +76,8 @@ inline bool out_is_dense(const AttnProblem& p) {
 
 // The plan fa3::fwd runs a call with (a call fa3::check covers). Plain scores:
 // - d64: three consumer warpgroups (192-row tiles, as FA3 runs) unless that pads the problem 7 %
-//   more than 128 x 128 does, then two; on three, 192 keys with P through shared memory for calls
-//   without causal or window limits from 2k keys when it pads the keys at most 4 % more than 128
-//   (FA3's unmasked d64 tile), else 128;
+//   more than 128 x 128 does, then two; 128 keys (FA3's unmasked 192-key tile with P through
+//   shared memory measured 2-5 % slower at every length, docs/PERF.md);
 // - d128: 176 keys (FA3's tile) from 1k keys when it pads the keys at most 4 % more than 128 does,
 //   else 144 when that pads at most 2 % more, else 128; causal or windowed calls take 128, as FA3
 //   does (a narrower tile wastes less on the diagonal);
@@ -118,7 +102,7 @@ inline FwdPlan fwd_plan(const AttnProblem& p) {
   switch (plan.head_dim) {
     case 64:
       plan.consumers = pads_at_most(p.lens.seqlen_q, sk, 192, 128, 128, 128, 0.07) ? 3 : 2;
-      plan.block_n = plan.consumers == 3 && !masked && sk >= 2048 && pads_at_most(1, sk, 1, 192, 1, 128, 0.04) ? 192 : 128;
+      plan.block_n = 128;
       break;
     case 128:
       plan.block_n = masked                                                   ? 128
@@ -133,9 +117,8 @@ inline FwdPlan fwd_plan(const AttnProblem& p) {
 }
 
 // Ok when `plan` can run the call (one fa3::check covers): one of kFwdKernels at the call's head
-// dims and score path; the 192-key d64 tile and the 144/176-key d128 ones on calls without causal
-// or window limits (the 192-key tile masks only the last tile's tail; the d128 ones never ran
-// masked); TMA stores on dense calls; else the error fa3::fwd answers.
+// dims and score path; the 144/176-key d128 tiles on calls without causal or window limits (they
+// never ran masked); TMA stores on dense calls; else the error fa3::fwd answers.
 inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& p) {
   const auto refuse = [](const std::string& why) {
     return Status::error(ErrorCode::InvalidArgument, "plan", "argument 'plan': fa3 fwd: the forced plan " + why);
@@ -151,7 +134,7 @@ inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& p) {
   if (kernel == std::end(kFwdKernels))
     return refuse("names no built kernel (" + std::to_string(plan.block_n) + " keys, " + std::to_string(plan.consumers) +
                   " consumers, ping-pong " + (plan.pingpong ? "on" : "off") + "; fa3/fwd_plan.h lists them)");
-  if (p.mask.limits_keys() && (kernel->p_in_smem || (plan.head_dim == 128 && plan.block_n != 128)))
+  if (p.mask.limits_keys() && plan.head_dim == 128 && plan.block_n != 128)
     return refuse("takes a key tile of " + std::to_string(plan.block_n) + " keys, which runs without causal or window limits only");
   if (plan.tma_store_o && !out_is_dense(p)) return refuse("stores O by TMA, which takes dense calls only");
   if (plan.section_mb < 0) return refuse("has a negative section size");

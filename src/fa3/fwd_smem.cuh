@@ -1,6 +1,5 @@
 // Where the FA3 forward's tiles and barriers live in a CTA's shared memory (FwdConfig's layout):
-// Q, then the K and V rings, the transposed V ring (fp8), the P tiles (FwdConfig::kPInSmem), then
-// the barriers; and the tile slots through which the producer hands work tiles to the consumers.
+// Q, then the K and V rings, the transposed V ring (fp8), then the barriers; and the tile slots through which the producer hands work tiles to the consumers.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +12,9 @@ namespace flashattn::fa3 {
 
 // Named barriers of the consumer warpgroups (ids 1..15; 0 is __syncthreads): the clear of a
 // stage's V tail (all consumer threads), the ping-pong turns (kFwdTurnBarrier + c: consumer c's
-// turn; two warpgroups meet at each), a consumer's P tile written (kFwdPBarrier + c; P in shared
-// memory only), and the epilogue (every consumer's last P V done, then O staged).
-inline constexpr uint32_t kFwdClearBarrier = 1, kFwdTurnBarrier = 2, kFwdPBarrier = 5, kFwdEpilogueBarrier = 8;
+// turn; two warpgroups meet at each), and the epilogue (every consumer's last P V done, then O
+// staged).
+inline constexpr uint32_t kFwdClearBarrier = 1, kFwdTurnBarrier = 2, kFwdEpilogueBarrier = 8;
 
 template <typename Config>
 struct FwdSmem {
@@ -26,7 +25,6 @@ struct FwdSmem {
   Element* k;
   Element* v;
   unsigned char* vt;  // fp8: V transposed (Fp8FwdConfig), what the consumers' P V reads
-  unsigned char* p;   // kPInSmem
   // K and V have separate pipelines: a K stage is released as soon as S = Q K^T is done, so the
   // next K load overlaps the softmax; V is released after P V. Sharing one barrier per (K, V)
   // stage would hold K until P V finishes and leave the next load exposed.
@@ -57,8 +55,7 @@ struct FwdSmem {
     k = reinterpret_cast<Element*>(smem + Config::kQBytes);
     v = reinterpret_cast<Element*>(smem + Config::kQBytes + Config::kStages * Config::kKBytes);
     vt = reinterpret_cast<unsigned char*>(v) + kVtFromV;
-    p = vt + Config::kStages * Config::kVtBytes;
-    pipeline_k = reinterpret_cast<sm90::Pipeline<Config::kStages>*>(p + Config::kConsumers * Config::kPBytes);
+    pipeline_k = reinterpret_cast<sm90::Pipeline<Config::kStages>*>(vt + Config::kStages * Config::kVtBytes);
     pipeline_v = pipeline_k + 1;
     q_full = reinterpret_cast<uint64_t*>(pipeline_v + 1);
     q_empty = q_full + 1;

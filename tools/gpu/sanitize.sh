@@ -34,10 +34,6 @@ filter+="*Fa2Backward.BulkDqMatchReference/*_sk160_h4x2_d64_bfloat16_softcap:"
 filter+="*Fa2Backward.AtomicDqMatchReference/34_*:"
 # The FA2 forward's base tiles where sm90 takes others (d256: sm80's 64 x 32 tiles).
 filter+="*Fa2Forward.BaseTilesMatchReference/34_*:"
-# FA3 d64 on 192 x 192 with P through shared memory (unmasked: ragged, varlen, seqused_k).
-filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_b2_sq113_sk203_h2x2_d64_bfloat16:"
-filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_sk160_h4x2_d64_bfloat16_varlen4:"
-filter+="*Fa3ForwardWideTiles.PInSharedMemoryMatchesReference/*_sk160_h4x2_d64_bfloat16_seqused:"
 filter+="*Fa2KvCache.MatchesReference/0_*:*Fa2KvCache.MatchesReference/2_*:*Fa2Combine.*:"
 # FA3 with more work tiles than SMs (persistent CTAs, three consumer warpgroups at d64), and the
 # dynamic schedule (causal d64; varlen d128 causal with empty sequences; a window wider than the

@@ -80,19 +80,19 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Fa3Forward, ::testing::ValuesIn(fa3_sweep()), Pa
 // softcap or ALiBi keep their tiles.
 class Fa3ForwardWideTiles : public ::testing::TestWithParam<AttentionCase> {};
 
-PlanChange tiles(int d64_consumers, int d128_block_n, int d64_block_n = 128) {
+PlanChange tiles(int d64_consumers, int d128_block_n) {
   return [=](fa3::FwdPlan* p, const AttnProblem& call) {
     if (p->general_score) return;
     if (p->head_dim == 64) {
       p->consumers = d64_consumers;
-      p->block_n = d64_block_n;
+      p->block_n = 128;
     }
     if (p->head_dim == 128 && !call.mask.limits_keys()) p->block_n = d128_block_n;
   };
 }
 
-void expect_matches_with_tiles(const AttentionCase& c, int d64_consumers, int d128_block_n, int d64_block_n = 128) {
-  expect_fa3_matches_reference(c, tiles(d64_consumers, d128_block_n, d64_block_n));
+void expect_matches_with_tiles(const AttentionCase& c, int d64_consumers, int d128_block_n) {
+  expect_fa3_matches_reference(c, tiles(d64_consumers, d128_block_n));
 }
 
 TEST_P(Fa3ForwardWideTiles, MatchesReference) {
@@ -104,19 +104,6 @@ TEST_P(Fa3ForwardWideTiles, MatchesReference) {
 TEST_P(Fa3ForwardWideTiles, WidestMatchesReference) {
   SKIP_WITHOUT_SM90();
   expect_matches_with_tiles(GetParam(), 2, 176);
-}
-
-// d64 on 192 x 192 tiles with P through shared memory (unmasked calls; the rest keep 192 x 128).
-// The calls that can take it: d64, plain scores, no causal or window limit.
-bool takes_p_in_shared_memory(const AttentionCase& c) {
-  const bool plain = c.softcap == 0.f && c.alibi == 0 && (!c.softmax_scale || *c.softmax_scale > 0.f);
-  return c.head_dim <= 64 && c.dv() <= 64 && plain && !c.causal && c.window_left < 0 && c.window_right < 0;
-}
-
-TEST_P(Fa3ForwardWideTiles, PInSharedMemoryMatchesReference) {
-  SKIP_WITHOUT_SM90();
-  if (!takes_p_in_shared_memory(GetParam())) GTEST_SKIP() << "d64 plain unmasked calls only";
-  expect_matches_with_tiles(GetParam(), 3, 128, 192);
 }
 
 std::vector<AttentionCase> fa3_narrow_head_sweep() {
@@ -184,13 +171,6 @@ TEST_P(Fa3ForwardPersistent, RegisterStoresMatchReference) {
 TEST_P(Fa3ForwardPersistent, TmaStoresMatchReference) {
   SKIP_WITHOUT_SM90();
   expect_fa3_matches_reference(GetParam(), [](fa3::FwdPlan* p, const AttnProblem&) { p->tma_store_o = true; });
-}
-
-// d64 on 192 x 192 with P through shared memory: each CTA reuses its P tiles across work tiles.
-TEST_P(Fa3ForwardPersistent, PInSharedMemoryMatchesReference) {
-  SKIP_WITHOUT_SM90();
-  if (!takes_p_in_shared_memory(GetParam())) GTEST_SKIP() << "d64 plain unmasked calls only";
-  expect_fa3_matches_reference(GetParam(), tiles(3, 128, 192));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Fa3ForwardPersistent, ::testing::ValuesIn(persistent_cases()), ParamTestName());
@@ -287,12 +267,10 @@ TEST(Fa3ForwardRace, HundredRunsAreBitwiseEqual) {
     c.head_dim = d;
     c.causal = causal;
     SCOPED_TRACE(c.name());
-    // At d64 three consumers (the size rule would give two), with 192 keys for the ragged 2300;
-    // elsewhere the rule's tiles (d128: 144 keys for 2304, 176 for 2816).
-    const gpu_test::Fa3FwdChoice choose = changed_plan([](fa3::FwdPlan* p, const AttnProblem& call) {
-      if (p->head_dim != 64) return;
-      p->consumers = 3;
-      p->block_n = call.lens.seqlen_k == 2300 ? 192 : 128;
+    // At d64 three consumers (the size rule would give two); elsewhere the rule's tiles (d128:
+    // 144 keys for 2304, 176 for 2816).
+    const gpu_test::Fa3FwdChoice choose = changed_plan([](fa3::FwdPlan* p, const AttnProblem&) {
+      if (p->head_dim == 64) p->consumers = 3;
     });
     ASSERT_TRUE(choose(AttentionRun(c).problem()));
     expect_forward_runs_bitwise_equal(c, Backend::Fa3, 100, gpu_test::fa3_fwd_with(choose));
@@ -312,7 +290,7 @@ TEST(Fa3ForwardPlans, PlansThatDoNotFitAreRefused) {
   fa3::FwdPlan no_pingpong = plan, wide = plan, other_dims = plan;
   no_pingpong.pingpong = false;  // no d64 kernel without it
   wide.consumers = 3;
-  wide.block_n = 192;  // unmasked calls only
+  wide.block_n = 192;  // no kernel of 192 keys
   other_dims.head_dim = other_dims.head_dim_v = 128;
   for (const fa3::FwdPlan& bad : {no_pingpong, wide, other_dims}) {
     const Status st = gpu_test::fwd_on_device_via(host, gpu_test::fa3_fwd_with([bad](const AttnProblem&) { return std::optional(bad); }));
