@@ -1,7 +1,7 @@
 """Joins flashattn_bench JSON files with peers JSON files (sdpa_peers.py's, or fa3_bench.py's with
 FlashAttention-3 beside cuDNN and torch's FA2; all from the same run) into tables with ratios
 ours / fa3, ours / torch-fa2, ours / cudnn (for the peers present):
-  - the peers grid: per (d, causal, seqlen, direction), TFLOP/s of each backend;
+  - the peers grid: per (precision, d, causal, seqlen, direction), TFLOP/s of each backend;
   - decode rows (fwd_kvcache: a few queries over a longer cache): per (batch, seqlen_q, seqlen_k,
     heads, d, page, append), GB/s of K+V read by each backend.
 

@@ -1,6 +1,7 @@
 """Draws the peers grid as in the FlashAttention papers: TFLOP/s against sequence length, one panel
-per (direction, head dim, causal; fp8 forward rows in panels of their own), one line per backend, from the JSON files that join.py reads
-(a peers list: sdpa_peers.py / fa3_bench.py; flashattn_bench documents: {"rows": [...]}).
+per (direction, head dim, causal; fp8 forward rows in panels of their own), one line per backend,
+from the JSON files that join.py reads (a peers list: sdpa_peers.py / fa3_bench.py; flashattn_bench
+documents: {"rows": [...]}).
 
 usage: python3 bench/peers/plot.py --out FILE.png [--title TEXT] JSON [JSON ...]
 """
@@ -9,6 +10,8 @@ import json
 
 import matplotlib
 
+from join import precision
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -16,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 def with_precision(row):
     """fp8 rows (ours' e4m3, fa3_bench.py's fa3-fp8) get panels of their own ("fwd fp8"), where
     FA3's fp8 line takes FA3's colour."""
-    if "e4m3" not in str(row.get("dtype", "")):
+    if precision(row) != "fp8":
         return row
     backend = row["backend"][: -len("-fp8")] if row["backend"].endswith("-fp8") else row["backend"]
     return dict(row, direction=row["direction"] + " fp8", backend=backend)

@@ -105,7 +105,6 @@ __device__ __forceinline__ void bwd_consume_rows(const BwdArgs& args, const BwdB
   sm90::mbarrier_wait(sm.kv_full(), 0);
   bwd_clear_kv_tails<Config>(p, blk, k_addr);
 
-  // row blocks m_first .. m_end - 1, then m_begin .. m_first - 1, for each query head
   bwd_for_each_step(blk, [&](uint32_t step, int, int h, int m) {
     const QState qst = QState::at(step);
     const DoState dst = DoState::at(step);

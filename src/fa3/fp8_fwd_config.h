@@ -22,7 +22,8 @@ struct Fp8FwdConfig {
   static constexpr bool kFp8 = true;
   using Element = __nv_fp8_e4m3;  // q, k, v
   using OutElement = OutElement_;  // O: bfloat16 or float16
-  // Only calls without causal or window limits (as FwdConfig::kNoKeyLimits).
+  // Only calls without causal or window limits (the launch checks): the last key tile is the only
+  // masked one, its keys past the sequence's end the same for every row.
   static constexpr bool kNoKeyLimits = kNoKeyLimits_;
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kConsumers = kConsumers_;

@@ -8,7 +8,7 @@ namespace flashattn::fa3 {
 struct Fp8Tile {
   int head_dim, block_m, block_n;
   bool general_score, pingpong;
-  bool no_key_limits = false;  // only calls without causal or window limits (FwdConfig::kNoKeyLimits)
+  bool no_key_limits = false;  // only calls without causal or window limits (Fp8FwdConfig::kNoKeyLimits)
 };
 
 // FlashAttention-3's fp8 tiles (d64 192 x 160 without ping-pong, also in a kernel for calls without

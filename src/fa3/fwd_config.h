@@ -8,8 +8,8 @@ namespace flashattn::fa3 {
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockN_, int kStages_, bool kGeneralScore_, bool kPingPong_,
           int kConsumers_ = 2>
 struct FwdConfig {
-  // Every 16-bit kernel takes calls of any mask (fp8 has kernels for calls without causal or
-  // window limits only: Fp8FwdConfig::kNoKeyLimits).
+  // Every 16-bit kernel takes calls of any mask (Fp8FwdConfig::kNoKeyLimits: fp8's kernels for
+  // calls without causal or window limits).
   static constexpr bool kNoKeyLimits = false;
   // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop).
   static constexpr bool kPingPong = kPingPong_;

@@ -1,7 +1,8 @@
 // The FA3 forward's consumer warpgroups: for each work tile the producer publishes, S = Q K^T
 // (wgmma, both operands in shared memory, K-major), the masked online softmax in registers
-// (fwd_softmax.cuh), O += P V with P as the register A operand and V MN-major, intra-warpgroup overlap of the softmax with the GEMMs and
-// ping-pong between the warpgroups; then the epilogue (fwd_epilogue.cuh).
+// (fwd_softmax.cuh), O += P V with P as the register A operand and V MN-major, intra-warpgroup
+// overlap of the softmax with the GEMMs and ping-pong between the warpgroups; then the epilogue
+// (fwd_epilogue.cuh).
 // fp8 (Config::kFp8): S = Q K^T on e4m3 wgmmas (k32 steps), the scale times q_descale k_descale of
 // the tile's (sequence, kv head), P shifted by 2^kPShift and packed to e4m3 A fragments
 // (arch/sm90/fp8.cuh), and O += P Vt with Vt the transposing warps' K-major ring.
@@ -204,9 +205,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       else
         scores_to_logits<Config::kGeneralScore>(s, p.score, p, at, key0, b, h, sq, sk);
       if constexpr (Config::kNoKeyLimits) {
-        // Calls without causal or window limits only (fp8's d64 kernel for them; the launch
-        // checks): the last key tile is the only masked one, the same for every row, and the mask
-        // needs no P V wait.
+        // Calls without causal or window limits only (Fp8FwdConfig::kNoKeyLimits): the mask of
+        // the last tile's tail keeps few values live, so it needs no P V wait first (the interval
+        // mask below is slower there: docs/PERF.md).
         if (key0 + kBlockN > sk) mask_keys_past_end(s, at, key0, sk);
         softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below

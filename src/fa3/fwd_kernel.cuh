@@ -7,8 +7,9 @@
 // rows each (kBlockM = 64 kConsumers). Shared memory holds every tile as 64-element (128-byte)
 // column blocks in the 128-byte swizzle the TMA writes: Q [d/64][kBlockM rows][64], K and V [stage][d/64][kBlockN][64].
 // A consumer computes S = Q K^T (wgmma, both operands in shared memory, K-major), the masked online
-// softmax in registers, then O += P V with P as the register A operand and V MN-major. The epilogue stages O in shared memory for a TMA store
-// (FwdMaps::o_by_tma), or stores it from registers.
+// softmax in registers, then O += P V with P as the register A operand and V MN-major. The
+// epilogue stages O in shared memory for a TMA store (FwdMaps::o_by_tma), or stores it from
+// registers.
 //
 // The roles: fwd_producer.cuh (work tiles and loads), fwd_consumer.cuh (the mainloop),
 // fwd_epilogue.cuh (O and the LSE); fwd_smem.cuh (the shared-memory layout), fwd_config.h.

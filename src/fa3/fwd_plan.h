@@ -31,11 +31,11 @@ struct FwdKernelShape {
 inline constexpr FwdKernelShape kFwdKernels[] = {
     {64, 64, 128, 2, true, false},     {64, 64, 128, 2, false, true},     {64, 64, 128, 3, false, true},
     {128, 128, 128, 2, true, false},   {128, 128, 128, 2, false, true},   {128, 128, 128, 2, false, false},
-    {128, 128, 144, 2, false, true},   {128, 128, 144, 2, false, false},  {128, 128, 176, 2, false, true},
-    {128, 128, 176, 2, false, false},  {192, 128, 128, 2, true, false},   {192, 128, 128, 2, false, true},
-    {192, 128, 128, 2, false, false},  {192, 192, 96, 2, true, false},    {192, 192, 112, 2, false, true},
-    {192, 192, 112, 2, false, false},  {256, 256, 64, 2, true, false},    {256, 256, 80, 2, false, true},
-    {256, 256, 80, 2, false, false},
+    {128, 128, 144, 2, false, true},   {128, 128, 144, 2, false, false},
+    {128, 128, 176, 2, false, true},   {128, 128, 176, 2, false, false},
+    {192, 128, 128, 2, true, false},   {192, 128, 128, 2, false, true},   {192, 128, 128, 2, false, false},
+    {192, 192, 96, 2, true, false},    {192, 192, 112, 2, false, true},   {192, 192, 112, 2, false, false},
+    {256, 256, 64, 2, true, false},    {256, 256, 80, 2, false, true},    {256, 256, 80, 2, false, false},
 };
 
 struct FwdPlan {
@@ -77,7 +77,7 @@ inline bool out_is_dense(const AttnProblem& p) {
 // The plan fa3::fwd runs a call with (a call fa3::check covers). Plain scores:
 // - d64: three consumer warpgroups (192-row tiles, as FA3 runs) unless that pads the problem 7 %
 //   more than 128 x 128 does, then two; 128 keys (FA3's unmasked 192-key tile with P through
-//   shared memory measured 2-5 % slower at every length, docs/PERF.md);
+//   shared memory measured slower at every length and deleted: docs/PERF.md);
 // - d128: 176 keys (FA3's tile) from 1k keys when it pads the keys at most 4 % more than 128 does,
 //   else 144 when that pads at most 2 % more, else 128; causal or windowed calls take 128, as FA3
 //   does (a narrower tile wastes less on the diagonal);
@@ -129,9 +129,7 @@ inline Status check_fwd_plan(const FwdPlan& plan, const AttnProblem& p) {
                   std::to_string(kernel_head_dim(p.head_dim_v)));
   if (plan.general_score != !p.plain_forward_scores())
     return refuse("takes another score path than the call (softcap, ALiBi or scale <= 0)");
-  const auto kernel = std::find_if(std::begin(kFwdKernels), std::end(kFwdKernels),
-                                   [&](const FwdKernelShape& k) { return same_kernel(k, plan); });
-  if (kernel == std::end(kFwdKernels))
+  if (std::none_of(std::begin(kFwdKernels), std::end(kFwdKernels), [&](const FwdKernelShape& k) { return same_kernel(k, plan); }))
     return refuse("names no built kernel (" + std::to_string(plan.block_n) + " keys, " + std::to_string(plan.consumers) +
                   " consumers, ping-pong " + (plan.pingpong ? "on" : "off") + "; fa3/fwd_plan.h lists them)");
   if (p.mask.limits_keys() && plan.head_dim == 128 && plan.block_n != 128)

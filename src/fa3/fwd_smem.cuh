@@ -1,5 +1,6 @@
 // Where the FA3 forward's tiles and barriers live in a CTA's shared memory (FwdConfig's layout):
-// Q, then the K and V rings, the transposed V ring (fp8), then the barriers; and the tile slots through which the producer hands work tiles to the consumers.
+// Q, then the K and V rings, the transposed V ring (fp8), then the barriers; and the tile slots
+// through which the producer hands work tiles to the consumers.
 #pragma once
 
 #include <cstdint>

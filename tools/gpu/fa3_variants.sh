@@ -4,10 +4,10 @@
 # flash and cuDNN backends from the same run. A variant's rows are the calls its plan can run (the
 # others are skipped: n144 runs d128 only, c2 d64 only). Variants: default; pp0 / pp1 =
 # ping-pong off / on (d64 has no kernels without it); n128 / n144 / n176 = the key tile forced to
-# that width; c2 = two consumer warpgroups (128 x 128); sN = the dynamic
-# schedule's sections of N MB of K and V (s0: one head per section); reg = O stored from registers
-# (the default stages it in shared memory for TMA stores on dense calls from a value head dim of
-# 128); tma = TMA stores at every head dim.
+# that width; c2 = two consumer warpgroups (128 x 128); sN = the dynamic schedule's sections of N
+# MB of K and V (s0: one head per section); reg = O stored from registers (the default stages it in
+# shared memory for TMA stores on dense calls from a value head dim of 128); tma = TMA stores at
+# every head dim.
 # FA3_VARIANTS="default c2" runs a subset.
 # Writes LOGDIR/<variant>.json, LOGDIR/peers.json and LOGDIR/table.md.
 set -euo pipefail

@@ -287,12 +287,10 @@ TEST(Fa3ForwardPlans, PlansThatDoNotFitAreRefused) {
   HostTensor out(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.dv()}), lse(DType::F32, {c.batch, c.heads_q, c.seqlen_q});
   const FwdParams host = run.fwd_params(out.view(), lse.view(), Backend::Fa3);
   const fa3::FwdPlan plan = fa3::fwd_plan(run.problem());
-  fa3::FwdPlan no_pingpong = plan, wide = plan, other_dims = plan;
+  fa3::FwdPlan no_pingpong = plan, other_dims = plan;
   no_pingpong.pingpong = false;  // no d64 kernel without it
-  wide.consumers = 3;
-  wide.block_n = 192;  // no kernel of 192 keys
   other_dims.head_dim = other_dims.head_dim_v = 128;
-  for (const fa3::FwdPlan& bad : {no_pingpong, wide, other_dims}) {
+  for (const fa3::FwdPlan& bad : {no_pingpong, other_dims}) {
     const Status st = gpu_test::fwd_on_device_via(host, gpu_test::fa3_fwd_with([bad](const AttnProblem&) { return std::optional(bad); }));
     EXPECT_EQ(st.code(), ErrorCode::InvalidArgument) << st.message();
     EXPECT_EQ(st.argument(), "plan") << st.message();
