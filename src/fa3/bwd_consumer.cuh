@@ -67,27 +67,8 @@ __device__ __forceinline__ void bwd_consume(const BwdArgs& args, const BwdBlock&
     sm90::wgmma_kk<Element, kBlockM, kHeadDim, true>(dp, v_addr + c * 64 * 128, kBlockN * 128, do_tile, kBlockM * 128);
 
     const uint32_t lse_addr = sm90::smem_u32(sm.lse(st.stage)), delta_addr = sm90::smem_u32(sm.delta(st.stage));
-    auto wait_dp = [&] {
-      sm90::wgmma_wait<0>();
-      sm90::fence_accumulators(dp);
-    };
-    if constexpr (!Config::kGeneralScore) {
-      sm90::wgmma_wait<1>();  // S^T; dP^T may still run
-      sm90::fence_accumulators(s);
-    } else {
-      wait_dp();
-      sm90::fence_accumulators(s);
-    }
     uint32_t p_frag[kBlockM / 16][4], ds_frag[kBlockM / 16][4];
-    if (bwd_tile_unmasked<kBlockM>(p, blk, blk.key0 + 64 * c, row0))
-      bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
-        if constexpr (!Config::kGeneralScore) wait_dp();
-      });
-    else
-      bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
-        if constexpr (!Config::kGeneralScore) wait_dp();
-      });
-    sm90::pack_fragments<Element>(ds_frag, dp);
+    bwd_step_p_ds<Config>(s, dp, p_frag, ds_frag, th, args, p, blk, h, blk.key0 + 64 * c, row0, lse_addr, delta_addr);
     // dS^T of this warpgroup's keys into the step's dS tile: [kBlockM / 64][kBlockN keys][64 rows].
     sm90::store_fragments_sw128<kBlockM, kBlockN * 128>(ds_tile + c * 64 * 128, ds_frag, th.warp, th.lane);
 

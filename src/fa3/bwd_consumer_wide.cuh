@@ -89,27 +89,8 @@ __device__ __forceinline__ void bwd_consume_wide(const BwdArgs& args, const BwdB
 
     const uint32_t lse_addr = sm90::smem_u32(sm.lse(st.stage)) + c * kRows * 4;
     const uint32_t delta_addr = sm90::smem_u32(sm.delta(st.stage)) + c * kRows * 4;
-    auto wait_dp = [&] {
-      sm90::wgmma_wait<0>();
-      sm90::fence_accumulators(dp);
-    };
-    if constexpr (!Config::kGeneralScore) {
-      sm90::wgmma_wait<1>();  // S^T; dP^T may still run
-      sm90::fence_accumulators(s);
-    } else {
-      wait_dp();
-      sm90::fence_accumulators(s);
-    }
     uint32_t p_frag[kRows / 16][4], ds_frag[kRows / 16][4];
-    if (bwd_tile_unmasked<kRows>(p, blk, blk.key0, rows0))
-      bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, rows0, lse_addr, delta_addr, [&] {
-        if constexpr (!Config::kGeneralScore) wait_dp();
-      });
-    else
-      bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, rows0, lse_addr, delta_addr, [&] {
-        if constexpr (!Config::kGeneralScore) wait_dp();
-      });
-    sm90::pack_fragments<Element>(ds_frag, dp);
+    bwd_step_p_ds<Config>(s, dp, p_frag, ds_frag, th, args, p, blk, h, blk.key0, rows0, lse_addr, delta_addr);
     // P^T and dS^T: 64 keys x this warpgroup's 32 rows, columns 32c .. of the 64-row tiles.
     sm90::store_fragments_sw128<kRows>(p_tile, p_frag, th.warp, th.lane, c * kRows / 8);
     sm90::store_fragments_sw128<kRows>(ds_tile, ds_frag, th.warp, th.lane, c * kRows / 8);

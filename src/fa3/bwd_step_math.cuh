@@ -179,4 +179,35 @@ __device__ __forceinline__ bool bwd_tile_unmasked(const AttnProblem& p, const Bw
          (p.mask.window_left < 0 || key0 >= rows_end - 1 + shift - p.mask.window_left);
 }
 
+// A step's P^T and dS^T once its S^T and dP^T wgmmas are issued (dP^T's may still run; general
+// scores wait for both first): P^T packed into p_frag, dS^T into ds_frag, on the masked copy only
+// where the step's tile (64 keys from key0, 2 kRegs rows from row0) crosses a mask edge. The wide
+// and the 64-row consumers share it; the rows-on-M consumer takes its own (bwd_consumer_rows.cuh).
+template <typename Config, int kRegs>
+__device__ __forceinline__ void bwd_step_p_ds(float (&s)[kRegs], float (&dp)[kRegs], uint32_t (&p_frag)[kRegs / 8][4],
+                                              uint32_t (&ds_frag)[kRegs / 8][4], const BwdThread& th, const BwdArgs& args,
+                                              const AttnProblem& p, const BwdBlock& blk, int h, int key0, int row0,
+                                              uint32_t lse_addr, uint32_t delta_addr) {
+  auto wait_dp = [&] {
+    sm90::wgmma_wait<0>();
+    sm90::fence_accumulators(dp);
+  };
+  if constexpr (!Config::kGeneralScore) {
+    sm90::wgmma_wait<1>();  // S^T; dP^T may still run
+    sm90::fence_accumulators(s);
+  } else {
+    wait_dp();
+    sm90::fence_accumulators(s);
+  }
+  if (bwd_tile_unmasked<2 * kRegs>(p, blk, key0, row0))
+    bwd_probabilities_and_ds<Config, false>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
+      if constexpr (!Config::kGeneralScore) wait_dp();
+    });
+  else
+    bwd_probabilities_and_ds<Config, true>(s, dp, p_frag, th, args, p, blk, h, row0, lse_addr, delta_addr, [&] {
+      if constexpr (!Config::kGeneralScore) wait_dp();
+    });
+  sm90::pack_fragments<typename Config::Element>(ds_frag, dp);
+}
+
 }  // namespace flashattn::fa3
