@@ -46,7 +46,7 @@ AttnProblem with_dims(int64_t d, int64_t dv, int64_t sq, int64_t sk) {
 }
 
 // d64: three consumer warpgroups (192 rows) where they pad the problem at most 7 % more than
-// 128 x 128; 128 keys, with or without a mask.
+// 128 x 128; 128 keys with ping-pong, with or without a mask.
 TEST(Fa3FwdPlan, D64Tiles) {
   const std::tuple<int64_t, int64_t, int> calls[] = {
       // seqlen_q, seqlen_k, consumers
@@ -64,7 +64,7 @@ TEST(Fa3FwdPlan, D64Tiles) {
 }
 
 // d128: 176 keys from 1k keys where that pads the keys at most 4 % more than 128, else 144 where
-// that pads at most 2 % more, else 128; causal and windowed calls 128.
+// that pads at most 2 % more, else 128; causal and windowed calls 128; no ping-pong.
 TEST(Fa3FwdPlan, D128Tiles) {
   const std::tuple<int64_t, int> keys[] = {
       {512, 128},  {700, 144},  {900, 144},  {1000, 144}, {1024, 176}, {2048, 176},
@@ -72,16 +72,15 @@ TEST(Fa3FwdPlan, D128Tiles) {
   };
   for (const auto& [sk, block_n] : keys) {
     for (int d : {72, 128}) {
-      EXPECT_EQ(fwd_plan(plan_call(d, 1000, sk)), tiles(128, 128, block_n, 2, true, true)) << "d" << d << " sk " << sk;
-      EXPECT_EQ(fwd_plan(varlen(plan_call(d, 1000, sk))), tiles(128, 128, block_n, 2, true, false)) << "sk " << sk;
+      EXPECT_EQ(fwd_plan(plan_call(d, 1000, sk)), tiles(128, 128, block_n, 2, false, true)) << "d" << d << " sk " << sk;
+      EXPECT_EQ(fwd_plan(varlen(plan_call(d, 1000, sk))), tiles(128, 128, block_n, 2, false, false)) << "sk " << sk;
     }
-    EXPECT_EQ(fwd_plan(causal(plan_call(128, 1000, sk))), tiles(128, 128, 128, 2, true, true)) << "sk " << sk;
-    EXPECT_EQ(fwd_plan(windowed(plan_call(128, 1000, sk), 200, -1)), tiles(128, 128, 128, 2, true, true));
+    EXPECT_EQ(fwd_plan(causal(plan_call(128, 1000, sk))), tiles(128, 128, 128, 2, false, true)) << "sk " << sk;
+    EXPECT_EQ(fwd_plan(windowed(plan_call(128, 1000, sk), 200, -1)), tiles(128, 128, 128, 2, false, true));
   }
 }
 
-// d192 (head_dim_v 192: 112 keys; up to 128: 128) and d256 (80 keys, ping-pong off without causal
-// or window limits).
+// d192 (head_dim_v 192: 112 keys; up to 128: 128; ping-pong) and d256 (80 keys, no ping-pong).
 TEST(Fa3FwdPlan, D192AndD256Tiles) {
   for (const AttnProblem& call : {plan_call(192, 512, 512), plan_call(160, 4096, 4096), causal(plan_call(192, 2048, 2048))})
     EXPECT_EQ(fwd_plan(call), tiles(192, 192, 112, 2, true, true)) << test::describe(call);
@@ -90,7 +89,7 @@ TEST(Fa3FwdPlan, D192AndD256Tiles) {
   for (const AttnProblem& call : {plan_call(256, 512, 512), plan_call(200, 16384, 16384)})
     EXPECT_EQ(fwd_plan(call), tiles(256, 256, 80, 2, false, true)) << test::describe(call);
   for (const AttnProblem& call : {causal(plan_call(256, 512, 512)), windowed(plan_call(256, 2048, 2048), 300, 0)})
-    EXPECT_EQ(fwd_plan(call), tiles(256, 256, 80, 2, true, true)) << test::describe(call);
+    EXPECT_EQ(fwd_plan(call), tiles(256, 256, 80, 2, false, true)) << test::describe(call);
   EXPECT_EQ(fwd_plan(varlen(plan_call(256, 700, 700))), tiles(256, 256, 80, 2, false, false));
 }
 
