@@ -83,8 +83,9 @@ inline bool out_is_dense(const AttnProblem& p) {
 //   does (a narrower tile wastes less on the diagonal);
 // - d192: 112 keys (head_dim_v 192; O, S and P fill the registers), 128 with head_dim_v <= 128;
 //   d256: 80 keys (Q and two K/V stages fill the shared memory);
-// - ping-pong at d64 (no kernel without it) and d192; at d128 and d256 the consumers issue their
-//   GEMMs without taking turns (1-3 % faster at d128, 1 % at d256, docs/PERF.md).
+// - ping-pong at d64 (no kernel without it), d192 and on the 144-key d128 tile; on the other d128
+//   tiles and at d256 the consumers issue their GEMMs without taking turns (1-3 % faster at d128,
+//   1 % at d256; 1 % slower on the 144-key tile: docs/PERF.md).
 // General scores: two consumers without ping-pong, 128 keys (d192: 96, d256: 64). Every call:
 // TMA stores of O from a value head dim of 128 on dense calls; sections of 16 MB.
 inline FwdPlan fwd_plan(const AttnProblem& p) {
@@ -99,7 +100,6 @@ inline FwdPlan fwd_plan(const AttnProblem& p) {
     plan.block_n = plan.head_dim_v == 256 ? 64 : plan.head_dim_v == 192 ? 96 : 128;
     return plan;
   }
-  plan.pingpong = plan.head_dim == 64 || plan.head_dim == 192;
   switch (plan.head_dim) {
     case 64:
       plan.consumers = pads_at_most(p.lens.seqlen_q, sk, 192, 128, 128, 128, 0.07) ? 3 : 2;
@@ -114,6 +114,7 @@ inline FwdPlan fwd_plan(const AttnProblem& p) {
     case 192: plan.block_n = plan.head_dim_v == 192 ? 112 : 128; break;
     default: plan.block_n = 80; break;
   }
+  plan.pingpong = plan.head_dim == 64 || plan.head_dim == 192 || plan.block_n == 144;
   return plan;
 }
 
