@@ -9,6 +9,9 @@
 
 #include "fa3/fwd_plan.h"
 #include "plan_test_util.h"
+#if defined(FLASHATTN_WITH_CUDA)
+#include "fa3/fp8_fwd_plan.h"  // fp8_fwd_plan is built with the CUDA sources
+#endif
 
 namespace flashattn::fa3 {
 
@@ -157,6 +160,36 @@ TEST(Fa3FwdPlan, ForcedPlansAreChecked) {
   sections.section_mb = -1;
   EXPECT_TRUE(FailsWith(check_fwd_plan(sections, causal(d128)), ErrorCode::InvalidArgument, "plan", "negative section"));
 }
+
+#if defined(FLASHATTN_WITH_CUDA)
+// The fp8 forward's tiles (src/fa3/fp8_fwd_launch.cu): FA3's d64 192 x 160, d128 128 x 224 (from
+// 1k keys where it pads at most 4 % more than 128) and d256 128 x 128, each without ping-pong; the
+// short d128 tile 128 x 128 takes turns.
+TEST(Fa3Fp8FwdPlan, TilesAndPingPong) {
+  const auto fp8 = [](AttnProblem p) {
+    p.dtype = DType::F8E4M3;
+    return p;
+  };
+  struct Want {
+    int head_dim, block_m, block_n;
+    bool pingpong;
+  };
+  const std::tuple<AttnProblem, Want> calls[] = {
+      {plan_call(64, 2048, 2048), {64, 192, 160, false}},     {plan_call(128, 2048, 4096), {128, 128, 224, false}},
+      {plan_call(128, 2048, 2048), {128, 128, 128, true}},    {plan_call(128, 512, 512), {128, 128, 128, true}},
+      {causal(plan_call(128, 8192, 8192)), {128, 128, 224, false}}, {plan_call(256, 2048, 2048), {256, 128, 128, false}},
+      {causal(plan_call(256, 4096, 4096)), {256, 128, 128, false}},
+  };
+  for (const auto& [call, want] : calls) {
+    const Fp8FwdPlan plan = fp8_fwd_plan(fp8(call));
+    EXPECT_EQ(plan.head_dim, want.head_dim) << test::describe(call);
+    EXPECT_EQ(plan.block_m, want.block_m) << test::describe(call);
+    EXPECT_EQ(plan.block_n, want.block_n) << test::describe(call);
+    EXPECT_EQ(plan.pingpong, want.pingpong) << test::describe(call);
+    EXPECT_TRUE(check_fp8_fwd_plan(plan, fp8(call)).ok()) << test::describe(call);
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace flashattn::fa3
