@@ -18,7 +18,7 @@ struct Fp8Tile {
 inline constexpr Fp8Tile kFp8Tiles[] = {
     {64, 192, 160, false, false, true}, {64, 192, 160, false, false}, {64, 192, 128, false, true},  {64, 128, 128, false, true},
     {64, 128, 128, true, false},
-    {128, 128, 224, false, false}, {128, 128, 128, false, true}, {128, 128, 128, true, false},
+    {128, 128, 224, false, false}, {128, 128, 128, false, true}, {128, 128, 128, false, false}, {128, 128, 128, true, false},
     {256, 128, 128, false, false}, {256, 128, 64, true, false},
 };
 // O (16-bit, block_m x d) fits the V stages (fp8, block_n x d each) where it is staged for TMA
