@@ -74,10 +74,9 @@ Fp8FwdPlan fp8_fwd_plan(const AttnProblem& p) {
     else if (pads_at_most(sq, sk, 192, 128, 128, 128, 0.07)) tile = find_tile(64, 192, 128, false, true);
     else tile = find_tile(64, 128, 128, false, true);
   } else if (d == 128) {
-    // 224 keys (FA3's tile, without ping-pong) from 1k keys, when that pads the keys at most 4 %
-    // more than 128; else 128 keys with ping-pong.
+    // 224 keys (FA3's tile) from 1k keys, when that pads the keys at most 4 % more than 128.
     const bool wide = sk >= 1024 && pads_at_most(1, sk, 1, 224, 1, 128, 0.04);
-    tile = wide ? find_tile(128, 128, 224, false, false) : find_tile(128, 128, 128, false, true);
+    tile = find_tile(128, 128, wide ? 224 : 128, false, false);
   } else {
     tile = find_tile(256, 128, 128, false, false);  // FA3's tile, without ping-pong
   }

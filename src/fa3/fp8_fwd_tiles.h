@@ -12,13 +12,13 @@ struct Fp8Tile {
 };
 
 // FlashAttention-3's fp8 tiles (d64 192 x 160, also in a kernel for calls without causal or window
-// limits; d128 128 x 224; d256 128 x 128), all three without ping-pong (FA3 takes turns at d128 and
-// d256: 0-2.5 % slower here, docs/PERF.md); smaller tiles for short calls, and the general-score
-// (softcap, ALiBi) tiles without ping-pong.
+// limits; d128 128 x 224; d256 128 x 128), smaller tiles for short calls, and the general-score
+// (softcap, ALiBi) tiles. Ping-pong only on the short d64 tiles: FA3 takes turns at d128 and d256,
+// 0-6 % slower here (docs/PERF.md).
 inline constexpr Fp8Tile kFp8Tiles[] = {
     {64, 192, 160, false, false, true}, {64, 192, 160, false, false}, {64, 192, 128, false, true},  {64, 128, 128, false, true},
     {64, 128, 128, true, false},
-    {128, 128, 224, false, false}, {128, 128, 128, false, true}, {128, 128, 128, false, false}, {128, 128, 128, true, false},
+    {128, 128, 224, false, false}, {128, 128, 128, false, false}, {128, 128, 128, true, false},
     {256, 128, 128, false, false}, {256, 128, 64, true, false},
 };
 // O (16-bit, block_m x d) fits the V stages (fp8, block_n x d each) where it is staged for TMA
