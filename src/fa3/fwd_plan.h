@@ -25,17 +25,17 @@ struct FwdKernelShape {
   bool pingpong;             // the consumer warpgroups take turns issuing their wgmmas
 };
 
-// The kernels built, per element type (fwd_hdim*.cu instantiate exactly these). d64 keeps
-// ping-pong on (off measured slower); the general score path takes narrower key tiles at
-// d192/d256 (more live values per element).
+// The kernels built, per element type (fwd_hdim*.cu instantiate exactly these). Ping-pong at d64
+// (off measured 1-3 % slower), d192 and on the 144-key d128 tile (off 1 % slower); the other d128
+// tiles and d256 have only kernels without it, measured 1-3 % faster (docs/PERF.md). The general
+// score path takes narrower key tiles at d192/d256 (more live values per element).
 inline constexpr FwdKernelShape kFwdKernels[] = {
     {64, 64, 128, 2, true, false},     {64, 64, 128, 2, false, true},     {64, 64, 128, 3, false, true},
-    {128, 128, 128, 2, true, false},   {128, 128, 128, 2, false, true},   {128, 128, 128, 2, false, false},
-    {128, 128, 144, 2, false, true},   {128, 128, 144, 2, false, false},
-    {128, 128, 176, 2, false, true},   {128, 128, 176, 2, false, false},
+    {128, 128, 128, 2, true, false},   {128, 128, 128, 2, false, false},  {128, 128, 144, 2, false, true},
+    {128, 128, 176, 2, false, false},
     {192, 128, 128, 2, true, false},   {192, 128, 128, 2, false, true},   {192, 128, 128, 2, false, false},
     {192, 192, 96, 2, true, false},    {192, 192, 112, 2, false, true},   {192, 192, 112, 2, false, false},
-    {256, 256, 64, 2, true, false},    {256, 256, 80, 2, false, true},    {256, 256, 80, 2, false, false},
+    {256, 256, 64, 2, true, false},    {256, 256, 80, 2, false, false},
 };
 
 struct FwdPlan {

@@ -87,7 +87,10 @@ PlanChange tiles(int d64_consumers, int d128_block_n) {
       p->consumers = d64_consumers;
       p->block_n = 128;
     }
-    if (p->head_dim == 128 && !call.mask.limits_keys()) p->block_n = d128_block_n;
+    if (p->head_dim == 128 && !call.mask.limits_keys()) {
+      p->block_n = d128_block_n;
+      p->pingpong = d128_block_n == 144;  // the only d128 tile built with ping-pong (fa3/fwd_plan.h)
+    }
   };
 }
 
@@ -144,8 +147,8 @@ TEST_P(Fa3ForwardPersistent, MatchesReference) {
   expect_fa3_matches_reference(GetParam());
 }
 
-// Ping-pong forced each way (the default depends on the head dim and the mask; d64 has no
-// kernels without it).
+// Ping-pong forced each way, where the kernel is built (d64 has none without it; d128 other than
+// 144 keys and d256 none with it: those calls skip).
 void force_pingpong(fa3::FwdPlan* p, bool on) {
   if (!p->general_score) p->pingpong = on;
 }
