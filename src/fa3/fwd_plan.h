@@ -74,6 +74,12 @@ inline bool out_is_dense(const AttnProblem& p) {
          p.out.batch_index == nullptr;
 }
 
+// Whether plain-score calls on a tile of this head dim and key width take ping-pong: at d64 (no
+// kernel without it), d192 and on the 144-key d128 tile; on the other d128 tiles and at d256 the
+// consumers issue their GEMMs without taking turns (1-3 % faster at d128, 1 % at d256; 1 % slower
+// on the 144-key tile: docs/PERF.md). Tests that force a key width take its ping-pong from here.
+constexpr bool fwd_pingpong(int head_dim, int block_n) { return head_dim == 64 || head_dim == 192 || block_n == 144; }
+
 // The plan fa3::fwd runs a call with (a call fa3::check covers). Plain scores:
 // - d64: three consumer warpgroups (192-row tiles, as FA3 runs) unless that pads the problem 7 %
 //   more than 128 x 128 does, then two; 128 keys (FA3's unmasked 192-key tile with P through
@@ -83,9 +89,7 @@ inline bool out_is_dense(const AttnProblem& p) {
 //   does (a narrower tile wastes less on the diagonal);
 // - d192: 112 keys (head_dim_v 192; O, S and P fill the registers), 128 with head_dim_v <= 128;
 //   d256: 80 keys (Q and two K/V stages fill the shared memory);
-// - ping-pong at d64 (no kernel without it), d192 and on the 144-key d128 tile; on the other d128
-//   tiles and at d256 the consumers issue their GEMMs without taking turns (1-3 % faster at d128,
-//   1 % at d256; 1 % slower on the 144-key tile: docs/PERF.md).
+// - ping-pong as fwd_pingpong says.
 // General scores: two consumers without ping-pong, 128 keys (d192: 96, d256: 64). Every call:
 // TMA stores of O from a value head dim of 128 on dense calls; sections of 16 MB.
 inline FwdPlan fwd_plan(const AttnProblem& p) {
@@ -114,7 +118,7 @@ inline FwdPlan fwd_plan(const AttnProblem& p) {
     case 192: plan.block_n = plan.head_dim_v == 192 ? 112 : 128; break;
     default: plan.block_n = 80; break;
   }
-  plan.pingpong = plan.head_dim == 64 || plan.head_dim == 192 || plan.block_n == 144;
+  plan.pingpong = fwd_pingpong(plan.head_dim, plan.block_n);
   return plan;
 }
 

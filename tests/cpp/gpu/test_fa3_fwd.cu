@@ -89,7 +89,7 @@ PlanChange tiles(int d64_consumers, int d128_block_n) {
     }
     if (p->head_dim == 128 && !call.mask.limits_keys()) {
       p->block_n = d128_block_n;
-      p->pingpong = d128_block_n == 144;  // the only d128 tile built with ping-pong (fa3/fwd_plan.h)
+      p->pingpong = fa3::fwd_pingpong(128, d128_block_n);  // the tile's kernel (only 144 keys takes turns)
     }
   };
 }
