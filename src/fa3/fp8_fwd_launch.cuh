@@ -31,7 +31,7 @@ Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& p
   if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
   const bool uniform = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr && !p.mask.limits_keys();
   const bool dynamic = !uniform && plan.dynamic_schedule;
-  FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr, 0};
+  FwdGrid grid = fwd_grid(p, row_blocks);
   if (dynamic && plan.section_mb > 0) {
     const int64_t kv_head_bytes = std::max<int64_t>(p.lens.seqlen_k, 1) * (p.head_dim + p.head_dim_v);
     const int64_t fit = int64_t(plan.section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);

@@ -40,7 +40,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
   // Epilogue: normalise, write O (two elements per store) and the LSE. The sequence and head
   // come again from the tile's slot: keeping them from the top of the tile costs the widest
   // configurations a spill.
-  const TileHead head = tile_head(p, grid, sm90::ld_shared_s32(tile_slot(done - 1)));
+  const TileHead head = tile_head(grid, sm90::ld_shared_s32(tile_slot(done - 1)));
   const int b_out = head.b, h_out = head.h;
   Element* out = static_cast<Element*>(p.out.data);
   // Each row's sum (the quad's four parts) and its normaliser; 0 for a row that saw no key.
@@ -75,7 +75,7 @@ __device__ __forceinline__ void fwd_epilogue(const FwdMaps& maps, const AttnProb
     if (threadIdx.x == 128) {
       for (int c = 0; c < kOColumnBlocks; ++c)
         sm90::tma_store_4d(&maps.o, reinterpret_cast<const void*>(__cvta_shared_to_generic(o_tile + c * kBlockM * 128)), 64 * c,
-                           h_out, (grid.row_blocks - 1 - head.rank) * kBlockM, b_out);
+                           h_out, (grid.row_blocks.divisor - 1 - head.rank) * kBlockM, b_out);
       sm90::tma_store_commit();
       sm90::tma_store_wait_read();
       sm90::mbarrier_arrive(o_empty);

@@ -33,7 +33,7 @@ Status launch(const AttnProblem& p, const FwdPlan& plan, cudaStream_t stream) {
   // stream-ordered allocation, zeroed before the launch (against a CTA per tile, which the hardware
   // hands out as SMs free up: faster everywhere measured, docs/PERF.md).
   const bool dynamic = p.lens.cu_seqlens_q != nullptr || p.lens.seqused_k != nullptr || p.mask.limits_keys();
-  FwdGrid grid{int(row_blocks), int(row_blocks * p.heads_q * p.batch), nullptr, 0};
+  FwdGrid grid = fwd_grid(p, row_blocks);
   if (dynamic && plan.section_mb > 0) {
     // Sections of as many (sequence, head) pairs as have their K and V (the longest sequence's) in
     // section_mb: a GQA group's query heads share theirs.

@@ -69,7 +69,7 @@ __device__ __forceinline__ void fwd_produce(const FwdMaps& maps, const AttnProbl
     const int q_first = varlen ? p.lens.cu_seqlens_q[wt.b] : 0;
     const int k_first = varlen ? p.lens.cu_seqlens_k[wt.b] : 0;
     const int batch_coord = varlen ? 0 : int(wt.b);
-    const int hk = wt.h / (int(p.heads_q) / int(p.heads_k));  // kv_head in 32 bits: no 64-bit division call
+    const int hk = grid.group.div(wt.h);
     // A box partly out of bounds (last Q block, last K/V tile) still completes its full byte
     // count (zero-filled), so the expect-tx counts are constants (verified on the H200).
     sm90::mbarrier_arrive_expect_tx(q_full, Config::kQBytes);

@@ -13,19 +13,31 @@
 
 #include <cstdint>
 
+#include "common/fast_divmod.h"
 #include "common/mask.h"
 #include "common/problem.h"
 #include "fa3/tile_order.h"
 
 namespace flashattn::fa3 {
 
+// The divisors of a tile's coordinates as multiply-high-and-shift divisions (common/fast_divmod.h):
+// the tile decode runs once per work tile in every consumer thread and in the producer, where
+// integer divisions cost about twenty instructions each.
 struct FwdGrid {
-  int row_blocks;     // kBlockM-row blocks of the longest query sequence
-  int work_tiles;     // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
-  int* tile_counter;  // dynamic order: tiles taken past the first wave; null: static order
-  int section_shift;  // log2 of the (sequence, query head) pairs per section of the dynamic order
-                      // (scheduled_tile); 2^section_shift divides heads_q * batch
+  FastDivmod row_blocks;  // kBlockM-row blocks of the longest query sequence
+  FastDivmod heads_q;     // query heads
+  FastDivmod group;       // query heads per kv head
+  int work_tiles;         // row_blocks * heads_q * batch (fa3::check keeps it below 2^30: w + gridDim.x fits)
+  int* tile_counter;      // dynamic order: tiles taken past the first wave; null: static order
+  int section_shift;      // log2 of the (sequence, query head) pairs per section of the dynamic order
+                          // (scheduled_tile); 2^section_shift divides heads_q * batch
 };
+
+// The static order's grid of a call with row_blocks blocks per (sequence, query head).
+inline FwdGrid fwd_grid(const AttnProblem& p, int64_t row_blocks) {
+  return {FastDivmod(int(row_blocks)), FastDivmod(int(p.heads_q)), FastDivmod(int(p.heads_q / p.heads_k)),
+          int(row_blocks * p.heads_q * p.batch), nullptr, 0};
+}
 
 struct WorkTile {
   int b, h;
@@ -53,9 +65,11 @@ struct TileHead {
   int b, h, rank;
 };
 
-__device__ __forceinline__ TileHead tile_head(const AttnProblem& p, const FwdGrid& grid, int w) {
-  const int head_index = w / grid.row_blocks;
-  return {head_index / int(p.heads_q), head_index % int(p.heads_q), w - head_index * grid.row_blocks};
+__device__ __forceinline__ TileHead tile_head(const FwdGrid& grid, int w) {
+  int rank, h;
+  const int head_index = grid.row_blocks.divmod(w, &rank);
+  const int b = grid.heads_q.divmod(head_index, &h);
+  return {b, h, rank};
 }
 
 // The work tile at position n of the dynamic order (tile_order.h; producer only: the consumers
@@ -69,8 +83,8 @@ __device__ __forceinline__ int scheduled_tile(const FwdGrid& grid, int n) {
 template <int kBlockM, int kBlockN, bool kNarrowIndex = false>
 __device__ __forceinline__ WorkTile work_tile(const AttnProblem& p, const FwdGrid& grid, int w) {
   WorkTile t;
-  const TileHead head = tile_head(p, grid, w);
-  t.row0 = (grid.row_blocks - 1 - head.rank) * kBlockM;
+  const TileHead head = tile_head(grid, w);
+  t.row0 = (grid.row_blocks.divisor - 1 - head.rank) * kBlockM;
   t.h = head.h;
   t.b = head.b;
   t.sq = int(p.lens.q_rows(t.b));  // (rows past seqlen_q have no tile)

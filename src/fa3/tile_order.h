@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "common/fast_divmod.h"
 #include "common/host_device.h"
 
 namespace flashattn::fa3 {
@@ -15,15 +16,15 @@ namespace flashattn::fa3 {
 // run one after the other, and within a section all its heads' last row blocks first, then the
 // next-to-last, ...: longest first, so the tiles still running at the end are short ones
 // (balanced CTAs), while the K and V the CTAs read at one time are a section's. A power of two
-// that divides the pairs keeps this at one division (the producer has 24 registers).
-// section_shift = 0: w = n.
-FA_HD int scheduled_tile(int row_blocks, int section_shift, int n) {
-  const int section_tiles = row_blocks << section_shift;
-  const int section = n / section_tiles;
-  const int in_section = n - section * section_tiles;
+// that divides the pairs keeps this at one division by row_blocks (the producer has 24 registers),
+// a multiply-high and a shift: n / (row_blocks 2^s) = (n >> s) / row_blocks. section_shift = 0:
+// w = n.
+FA_HD int scheduled_tile(const FastDivmod& row_blocks, int section_shift, int n) {
+  const int section = row_blocks.div(n >> section_shift);
+  const int in_section = n - ((section * row_blocks.divisor) << section_shift);
   const int rank = in_section >> section_shift;
   const int head = (section << section_shift) + (in_section & ((1 << section_shift) - 1));
-  return head * row_blocks + rank;
+  return head * row_blocks.divisor + rank;
 }
 
 // scheduled_tile's tile for the position index + row_blocks * head (index < row_blocks), from

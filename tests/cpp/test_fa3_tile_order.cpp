@@ -18,7 +18,7 @@ TEST(Fa3TileOrder, IsAPermutationWithLongestBlocksFirstInEachSection) {
         const int tiles = row_blocks * pairs, section_heads = 1 << shift, section_tiles = row_blocks * section_heads;
         std::vector<int> seen(size_t(tiles), 0);
         for (int n = 0; n < tiles; ++n) {
-          const int w = fa3::scheduled_tile(row_blocks, shift, n);
+          const int w = fa3::scheduled_tile(FastDivmod(row_blocks), shift, n);
           ASSERT_GE(w, 0);
           ASSERT_LT(w, tiles);
           ++seen[size_t(w)];
@@ -43,7 +43,7 @@ TEST(Fa3TileOrder, TileOfPositionPartsIsTheScheduledTile) {
       for (int shift = 0; (pairs % (1 << shift)) == 0 && (1 << shift) <= pairs; ++shift) {
         for (int head = 0; head < pairs; ++head) {
           for (int index = 0; index < row_blocks; ++index) {
-            const int w = fa3::scheduled_tile(row_blocks, shift, index + row_blocks * head);
+            const int w = fa3::scheduled_tile(FastDivmod(row_blocks), shift, index + row_blocks * head);
             const fa3::TileOfPosition t = fa3::scheduled_tile_of(row_blocks, shift, index, head);
             ASSERT_EQ(t.head, w / row_blocks) << row_blocks << " " << pairs << " " << shift << " " << head << " " << index;
             ASSERT_EQ(t.rank, w % row_blocks) << row_blocks << " " << pairs << " " << shift << " " << head << " " << index;
