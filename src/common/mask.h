@@ -114,6 +114,34 @@ FA_HD bool tile_fully_visible_32(MaskParams m, int row_begin, int row_end, int k
   return true;
 }
 
+// The key tiles [begin, end) of block_n keys (tile t: keys t block_n .. + block_n - 1) that
+// tile_fully_visible_32 finds fully visible to the rows [row_begin, row_end), under its conditions:
+// one interval (a row's limits move right with the row), so a kernel finds it once per row block
+// and tests a tile with two compares. Empty: begin >= end.
+struct TileSpan {
+  int begin, end;
+  FA_HD bool contains(int tile) const { return tile >= begin && tile < end; }
+};
+
+FA_HD int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }  // b > 0
+
+FA_HD TileSpan fully_visible_tiles_32(MaskParams m, int row_begin, int row_end, int block_n, int seqlen_q, int seqlen_k) {
+  if (row_begin >= row_end) return {0, 0};
+  const int shift = seqlen_k - seqlen_q;
+  int begin = 0, end = seqlen_k / block_n;  // the tile's last key before seqlen_k
+  // Right limit of the top row: (t + 1) block_n - 1 <= row_begin + shift + right.
+  if (m.window_right >= 0) {
+    const int e = floor_div(row_begin + shift + m.window_right + 1, block_n);
+    end = e < end ? e : end;
+  }
+  // Left limit of the bottom row: t block_n >= row_end - 1 + shift - left.
+  if (m.window_left >= 0) {
+    const int b = -floor_div(-(row_end - 1 + shift - m.window_left), block_n);
+    begin = b > 0 ? b : 0;
+  }
+  return {begin, end};
+}
+
 // True when every (row, key) of the tile is visible, so the tile needs no per-element mask.
 FA_HD bool tile_fully_visible(MaskParams m, int64_t row_begin, int64_t row_end, int64_t key_begin,
                               int64_t key_end, int64_t seqlen_q, int64_t seqlen_k) {

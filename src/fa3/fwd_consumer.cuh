@@ -90,6 +90,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     const int sq = wt.sq, sk = wt.sk, tile_begin = wt.tile_begin, tile_end = wt.tile_end;
     const int wg_row0 = wt.row0 + consumer * 64;  // this thread's rows: + 16 warp + group, + 8
     const AccumulatorCoords at{wg_row0 + warp * 16 + lane / 4, lane % 4};
+    // The key tiles that need no mask for this warpgroup's 64 rows, found once per work tile: the
+    // loop tests a tile with two compares.
+    const TileSpan unmasked = fully_visible_tiles_32(p.mask, wg_row0, wg_row0 + 64, kBlockN, sq, sk);
     // fp8: q_descale k_descale of the tile's (sequence, kv head) folds into the softmax scale.
     const float qk_descale = [&] {
       if constexpr (Config::kFp8) return qk_descale_of(p, b, h);
@@ -215,13 +218,12 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       } else if constexpr (!Config::kGeneralScore && Config::kOneSoftmaxCopy) {
         // fp8: one copy, the mask under a uniform branch before the softmax; its two-copy form
         // spills the widest tiles (128 x 224, 192 x 160, d256 128 x 128).
-        if (!tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk))
-          mask_scores<true>(s, p.mask, at, key0, sq, sk);
+        if (!unmasked.contains(tile)) mask_scores<true>(s, p.mask, at, key0, sq, sk);
         softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
         sm90::fence_accumulators(s);  // as below
         wait_pv();
       } else if constexpr (!Config::kGeneralScore) {
-        if (tile_fully_visible_32(p.mask, wg_row0, wg_row0 + 64, key0, key0 + kBlockN, sq, sk)) {
+        if (unmasked.contains(tile)) {
           softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
           // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
           // longer overlap the P V wgmmas.
@@ -270,6 +272,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
       // Ring states from counters (K use uses + i, V use uses + i - 1 for i = tile - tile_begin).
       const State first = State::at(uses);
+      State v_state = first;  // V of tile n - 1 is in the stage K of tile n - 1 used
       pipeline_k->consumer_wait(first);
       begin_turn();
       issue_qk(first.stage);
@@ -280,11 +283,10 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       softmax_tile(tile_begin, [] {});  // no P V yet; O is still 0: its rescale is moot
       write_p();
       for (int tile = tile_begin + 1; tile < tile_end; ++tile) {
-        const uint32_t use = uses + uint32_t(tile - tile_begin);
-        const State k_state = State::at(use), v_state = State::at(use - 1);
+        const State k_state = State::at(uses + uint32_t(tile - tile_begin));
         pipeline_k->consumer_wait(k_state);
         pipeline_v->consumer_wait(v_state);
-        clear_v_tail(v_state.stage, tile - 1);
+        // (No V tail to clear: only the last tile, tile_end - 1, can hold keys past sk.)
         begin_turn();
         issue_qk(k_state.stage);
         issue_pv(v_state.stage);
@@ -299,10 +301,10 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         release(&pipeline_v->empty[v_state.stage]);
         rescale_rows<(Config::kRescaleSlack > 0.f)>(o, rescale);
         write_p();
+        v_state = k_state;
       }
       // Every S is done: the producer may load the next tile's Q during the last P V and the epilogue.
       release_q();
-      const State v_state = State::at(uses + uint32_t(tile_end - tile_begin) - 1);
       pipeline_v->consumer_wait(v_state);
       clear_v_tail(v_state.stage, tile_end - 1);
       begin_turn();

@@ -62,6 +62,34 @@ TEST(MaskWindows, ThirtyTwoBitIntervalOfClampedWindowsMatchesVisibleKeys) {
   }
 }
 
+// The FA3 forward tests a key tile against the span found once per row block: every tile of every
+// row block must get tile_fully_visible_32's answer, for rows past seqlen_q (the last block's
+// padding) and windows reaching before the first key or past the last.
+TEST(MaskWindows, FullyVisibleTileSpanMatchesTheTileTest) {
+  for (int sq : {1, 5, 64, 77, 300}) {
+    for (int sk : {0, 1, 6, 64, 90, 128, 129, 500}) {
+      for (int left : kWindows) {
+        for (int right : kWindows) {
+          const MaskParams c = clamp_windows(MaskParams{left, right}, sq, sk);
+          for (int block_n : {64, 80, 128, 176}) {
+            for (int rows : {64, 128}) {
+              for (int row0 = 0; row0 < sq + rows; row0 += rows / 2) {
+                const TileSpan span = fully_visible_tiles_32(c, row0, row0 + rows, block_n, sq, sk);
+                for (int tile = 0; tile * block_n < sk + 2 * block_n; ++tile)
+                  ASSERT_EQ(span.contains(tile),
+                            tile_fully_visible_32(c, row0, row0 + rows, tile * block_n, (tile + 1) * block_n, sq, sk))
+                      << "sq " << sq << " sk " << sk << " window " << left << "," << right << " block_n " << block_n
+                      << " rows " << row0 << "+" << rows << " tile " << tile;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(fully_visible_tiles_32(MaskParams{}, 10, 10, 64, 100, 100).contains(0));  // no rows
+}
+
 TEST(MaskWindows, ThirtyTwoBitRowsOfAKeyMatchKeyVisible) {
   for (int sq : {1, 5, 64, 77}) {
     for (int sk : {0, 1, 6, 64, 90}) {
