@@ -194,13 +194,14 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     // the loop, those of the previous tile). 16-bit: two copies, masked and not, behind a uniform
     // branch: with the mask test inside a single copy the compiler predicated the per-element
     // compares into every tile (fp8 takes one copy: its two-copy form spills the widest tiles).
-    // Unmasked tiles overlap the softmax with the P V wgmmas. With plain scores (16-bit) a masked
-    // tile waits for them first, so that the mask's registers can reuse P's (else 192 x 128 tiles
-    // at d64 and 128 x 176 at d128 spill); the test then covers the warpgroup's 64 rows, since a
-    // wgmma wait inside the branch must be uniform over the warpgroup. A masked tile is one that a
-    // diagonal, a window edge or the last key crosses; the other warpgroups' GEMMs still run during
-    // its wait. General scores (whose logit stage keeps more values live) mask before a single wait
-    // after the branch, per warp of 16 rows: ptxas allocates that without spills.
+    // Unmasked tiles order the softmax before the P V wait (ptxas hoists it). With plain scores
+    // (16-bit) a masked tile waits for them first, so that the mask's registers can reuse P's
+    // (else 192 x 128 tiles at d64 and 128 x 176 at d128 spill); the test then covers the
+    // warpgroup's 64 rows, since a wgmma wait inside the branch must be uniform over the
+    // warpgroup. A masked tile is one that a diagonal, a window edge or the last key crosses; the
+    // other warpgroups' GEMMs still run during its wait. General scores (whose logit stage keeps
+    // more values live) mask before a single wait after the branch, per warp of 16 rows: ptxas
+    // allocates that without spills.
     auto softmax_tile = [&](int tile, auto wait_pv) {
       const int key0 = tile * kBlockN;
       if constexpr (Config::kFp8)
@@ -225,8 +226,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       } else if constexpr (!Config::kGeneralScore) {
         if (unmasked.contains(tile)) {
           softmax_update<Config::kPShift, Config::kRescaleSlack>(s, row_max, row_sum, tile_scale_log2, rescale);
-          // Pins the softmax before the wait: otherwise it may be scheduled after it, and would no
-          // longer overlap the P V wgmmas.
+          // Orders the softmax before the wait in the source. ptxas still issues the wait first in
+          // every plain-score kernel (as in FA3's); forcing the order measured slower (docs/PERF.md,
+          // twentieth and thirtieth sessions).
           sm90::fence_accumulators(s);
           wait_pv();
         } else {
@@ -268,8 +270,10 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
 
     if (tile_begin < tile_end) {
       if (Config::kPingPong && consumer == kLastConsumer) hand_over_to(0);
-      // Intra-warpgroup overlap: while the P V wgmmas of tile n - 1 run, the softmax of tile n (whose
-      // S wgmmas were issued first) runs on the other units. O is rescaled after its wgmmas finish.
+      // Intra-warpgroup overlap as written: while the P V wgmmas of tile n - 1 run, the softmax of
+      // tile n (whose S wgmmas were issued first) runs on the other units (ptxas hoists the P V wait
+      // of plain-score tiles, see softmax_tile; the overlap then comes from the other warpgroups). O
+      // is rescaled after its wgmmas finish.
       // Ring states from counters (K use uses + i, V use uses + i - 1 for i = tile - tile_begin).
       const State first = State::at(uses);
       State v_state = first;  // V of tile n - 1 is in the stage K of tile n - 1 used
