@@ -274,7 +274,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       // tile n (whose S wgmmas were issued first) runs on the other units (ptxas hoists the P V wait
       // of plain-score tiles, see softmax_tile; the overlap then comes from the other warpgroups). O
       // is rescaled after its wgmmas finish.
-      // Ring states from counters (K use uses + i, V use uses + i - 1 for i = tile - tile_begin).
+      // Ring states: K's from the counter (use uses + i for i = tile - tile_begin), V's carried over as
+      // the state K had one tile before (use uses + i - 1).
       const State first = State::at(uses);
       State v_state = first;  // V of tile n - 1 is in the stage K of tile n - 1 used
       pipeline_k->consumer_wait(first);
