@@ -124,12 +124,11 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       sm90::wgmma_fence();
       if constexpr (Config::kFp8) {
         constexpr int kW = Config::kQKSwizzle;
+        const sm90::SmemDescriptor q(sm90::kmajor_descriptor_sw<kW>(q_base)), k(sm90::kmajor_descriptor_sw<kW>(k_base));
 #pragma unroll
-        for (int j = 0; j < kHeadDim / 32; ++j) {
-          const uint32_t q_step = q_base + (32 * j / kW) * kBlockM * kW + (32 * j) % kW;
-          const uint32_t k_step = k_base + (32 * j / kW) * kBlockN * kW + (32 * j) % kW;
-          sm90::WgmmaE4m3<kBlockN>::ss(s, sm90::kmajor_descriptor_sw<kW>(q_step), sm90::kmajor_descriptor_sw<kW>(k_step), j > 0);
-        }
+        for (int j = 0; j < kHeadDim / 32; ++j)
+          sm90::WgmmaE4m3<kBlockN>::ss(s, q.at((32 * j / kW) * kBlockM * kW + (32 * j) % kW),
+                                       k.at((32 * j / kW) * kBlockN * kW + (32 * j) % kW), j > 0);
       } else {
         const sm90::SmemDescriptor q(sm90::kmajor_descriptor_at(q_base)), k(sm90::kmajor_descriptor_at(k_base));
 #pragma unroll
@@ -145,12 +144,11 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     // kk / 4 at byte offset 32 (kk % 4).
     auto issue_pv = [&](int stage) {
       if constexpr (Config::kFp8) {
-        const uint32_t vt_base = sm90::opaque_u32(pv_addr + stage * Config::kVtBytes);
+        const sm90::SmemDescriptor vt(sm90::kmajor_descriptor_sw<128>(sm90::opaque_u32(pv_addr + stage * Config::kVtBytes)));
         sm90::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 32; ++kk)
-          sm90::WgmmaE4m3<kHeadDimV>::rs(o, p_frag[kk],
-                                         sm90::kmajor_descriptor_sw<128>(vt_base + (kk / 4) * kHeadDimV * 128 + (kk % 4) * 32), 1);
+          sm90::WgmmaE4m3<kHeadDimV>::rs(o, p_frag[kk], vt.at((kk / 4) * kHeadDimV * 128 + (kk % 4) * 32), 1);
       } else {
         const sm90::SmemDescriptor v(sm90::mnmajor_descriptor_at(sm90::opaque_u32(v_addr + stage * Config::kVBytes), kBlockN * 128));
         sm90::wgmma_fence();
