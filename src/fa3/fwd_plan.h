@@ -83,7 +83,8 @@ constexpr bool fwd_pingpong(int head_dim, int block_n) { return head_dim == 64 |
 // The plan fa3::fwd runs a call with (a call fa3::check covers). Plain scores:
 // - d64: three consumer warpgroups (192-row tiles, as FA3 runs) unless that pads the problem 7 %
 //   more than 128 x 128 does, then two; 128 keys (FA3's unmasked 192-key tile with P through
-//   shared memory measured slower at every length and deleted: docs/PERF.md);
+//   shared memory, and 128 x 192 on two consumers, measured slower at every length and were
+//   deleted: docs/PERF.md);
 // - d128: 176 keys (FA3's tile) from 1k keys when it pads the keys at most 4 % more than 128 does,
 //   else 144 when that pads at most 2 % more, else 128; causal or windowed calls take 128, as FA3
 //   does (a narrower tile wastes less on the diagonal);
