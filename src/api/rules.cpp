@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/int_div.h"
+
 namespace flashattn::api {
 
 namespace {
@@ -75,12 +77,6 @@ bool strides_nested(const std::vector<ByteDim>& dims) {
 bool same_device(const TensorView& a, const TensorView& b) {
   return a.device == b.device && (a.device == DeviceType::Cpu || a.device_index == b.device_index);
 }
-
-int64_t floor_div(int64_t a, int64_t b) {  // b > 0
-  const int64_t q = a / b;
-  return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
 // Whether delta = sum_k j_k * stride_k with |j_k| < extent_k over dims[0..level]: i.e. whether
 // the view and its copy shifted by delta bytes share a byte. With nested strides at most two

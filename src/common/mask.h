@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "common/int_div.h"
 
 namespace flashattn {
 
@@ -123,8 +124,6 @@ struct TileSpan {
   FA_HD bool contains(int tile) const { return tile >= begin && tile < end; }
 };
 
-FA_HD int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }  // b > 0
-
 FA_HD TileSpan fully_visible_tiles_32(MaskParams m, int row_begin, int row_end, int block_n, int seqlen_q, int seqlen_k) {
   if (row_begin >= row_end) return {0, 0};
   const int shift = seqlen_k - seqlen_q;
@@ -134,7 +133,8 @@ FA_HD TileSpan fully_visible_tiles_32(MaskParams m, int row_begin, int row_end, 
     const int e = floor_div(row_begin + shift + m.window_right + 1, block_n);
     end = e < end ? e : end;
   }
-  // Left limit of the bottom row: t block_n >= row_end - 1 + shift - left.
+  // Left limit of the bottom row: t block_n >= row_end - 1 + shift - left (a ceiling division,
+  // written as floor_div: ceil_div compiles to other code in the measured kernels).
   if (m.window_left >= 0) {
     const int b = -floor_div(-(row_end - 1 + shift - m.window_left), block_n);
     begin = b > 0 ? b : 0;
