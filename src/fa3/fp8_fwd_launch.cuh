@@ -5,55 +5,25 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
 
-#include "common/cuda_status.h"
 #include "fa3/fp8_fwd_config.h"
 #include "fa3/fp8_fwd_plan.h"
 #include "fa3/fp8_fwd_tiles.h"
-#include "fa3/fwd_kernel.cuh"
 #include "fa3/fwd_launch.cuh"
-#include "fa3/launch_common.h"
-#include "fa3/tile_order.h"
 #include "flashattn/flashattn.h"
 
 namespace flashattn::fa3 {
 
-// The schedule as the 16-bit launch (fwd_launch.cuh) makes it, from the plan's choices: dense
-// unmasked calls on persistent CTAs in the static order; tiles of unequal length on persistent
-// CTAs in the dynamic order (plan.dynamic_schedule), else a CTA per tile.
+// The shared forward launch (fwd_launch.cuh) with the plan's choice of order for tiles of unequal
+// length.
 template <typename Config>
 Status launch_fp8(const AttnProblem& p, cudaStream_t stream, const Fp8FwdPlan& plan) {
-  const int64_t row_blocks = (p.lens.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
-  if (row_blocks == 0 || p.batch == 0 || p.heads_q == 0) return {};
-  const bool uniform = p.lens.cu_seqlens_q == nullptr && p.lens.seqused_k == nullptr && !p.mask.limits_keys();
-  const bool dynamic = !uniform && plan.dynamic_schedule;
-  FwdGrid grid = fwd_grid(p, row_blocks);
-  if (dynamic && plan.section_mb > 0) {
-    const int64_t kv_head_bytes = std::max<int64_t>(p.lens.seqlen_k, 1) * (p.head_dim + p.head_dim_v);
-    const int64_t fit = int64_t(plan.section_mb) * (1 << 20) / kv_head_bytes * (p.heads_q / p.heads_k);
-    grid.section_shift = section_shift_for(p.heads_q * p.batch, fit);
-  }
   // check_fp8_fwd_plan's rule for TMA stores of O holds for this configuration's V stages.
   static_assert(!fp8_o_fits_v_stages(Config::kBlockM, Config::kBlockN) || Config::kOBytes <= Config::kStages * Config::kVBytes);
-  FwdMaps maps;
-  if (Status st = make_fwd_maps(p, Config::kBlockM, Config::kBlockN, plan.tma_store_o, &maps, Config::kQKSwizzle); !st.ok())
-    return st;
-  auto kernel = fwd_kernel<Config>;
-  FLASHATTN_CUDA_CHECK("fa3 fp8 fwd", cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kSmemBytes));
-  const int64_t ctas = uniform || dynamic ? std::min<int64_t>(grid.work_tiles, sm_count()) : grid.work_tiles;
-  StreamBuffer counter(stream);
-  if (dynamic && ctas < grid.work_tiles) {
-    if (Status st = counter.allocate(sizeof(int), "fa3 fp8 fwd: allocating the tile counter"); !st.ok()) return st;
-    FLASHATTN_CUDA_CHECK("fa3 fp8 fwd: zeroing the tile counter", cudaMemsetAsync(counter.as<int>(), 0, sizeof(int), stream));
-    grid.tile_counter = counter.as<int>();
-  }
-  kernel<<<unsigned(ctas), Config::kThreads, Config::kSmemBytes, stream>>>(maps, p, grid);
-  FLASHATTN_CUDA_CHECK("fa3 fp8 fwd: launch", cudaGetLastError());
-  return counter.free("fa3 fp8 fwd: freeing the tile counter");
+  return launch_fwd_kernel<Config>(p, plan.dynamic_schedule, plan.section_mb, plan.tma_store_o, stream);
 }
 
 // Runs the plan's tile among kFp8Tiles[kIndices...] (those of one head dim), in the call's output
