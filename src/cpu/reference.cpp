@@ -11,6 +11,7 @@
 #include "common/philox.h"
 #include "cpu/element_io.h"
 #include "cpu/reference_core.h"
+#include "cpu/thread_pool.h"
 
 namespace flashattn::cpu::reference {
 namespace {
@@ -118,59 +119,60 @@ void apply_rotary(double* x, const RotaryParams& rotary, DType table_dtype, int6
 
 }  // namespace
 
+// Heads run on the CPU backend's worker threads: each (sequence, head) reads its own rows and
+// writes its own outputs, so the results do not depend on the thread count.
 void fwd(const AttnProblem& problem, Precision precision) {
   const AttnProblem& p = problem;
-  for (int64_t b = 0; b < p.batch; ++b) {
+  WorkerTeam().parallel_for(p.batch * p.heads_q, [&](int64_t item, int) {
+    const int64_t b = item / p.heads_q, h = item % p.heads_q;
     const int64_t sq = p.lens.q(b), sk = p.lens.k(b);
-    for (int64_t h = 0; h < p.heads_q; ++h) {
-      const int64_t hk = p.kv_head(h);
-      const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim, p.descale_q(b, h));
-      const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim, p.descale_k(b, hk));
-      const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v, p.descale_v(b, hk));
-      const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
-      HeadProblem head = head_problem(p, precision, b, h, sq, sk);
-      head.q = q.data();
-      head.k = k.data();
-      head.v = v.data();
-      head.keep = keep.data();
-      const HeadForward result = head_forward(head);
-      scatter(p.out, p.out_dtype, b, h, sq, p.head_dim_v, result.out.data());
-      if (p.lse.defined())
-        for (int64_t i = 0; i < sq; ++i) p.lse.data[p.lse.offset(b, i, h)] = float(result.lse[size_t(i)]);
-    }
-  }
+    const int64_t hk = p.kv_head(h);
+    const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim, p.descale_q(b, h));
+    const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim, p.descale_k(b, hk));
+    const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v, p.descale_v(b, hk));
+    const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
+    HeadProblem head = head_problem(p, precision, b, h, sq, sk);
+    head.q = q.data();
+    head.k = k.data();
+    head.v = v.data();
+    head.keep = keep.data();
+    const HeadForward result = head_forward(head);
+    scatter(p.out, p.out_dtype, b, h, sq, p.head_dim_v, result.out.data());
+    if (p.lse.defined())
+      for (int64_t i = 0; i < sq; ++i) p.lse.data[p.lse.offset(b, i, h)] = float(result.lse[size_t(i)]);
+  });
 }
 
 void bwd(const BwdProblem& problem, Precision precision) {
   const AttnProblem& p = problem.fwd;
   const DType grad_dtype = p.out_dtype;
   const int64_t group = p.heads_q / p.heads_k;  // query heads per kv head
-  for (int64_t b = 0; b < p.batch; ++b) {
+  // A kv head per item: its dK, dV and its query heads' dQ are the item's alone (as in fwd).
+  WorkerTeam().parallel_for(p.batch * p.heads_k, [&](int64_t item, int) {
+    const int64_t b = item / p.heads_k, hk = item % p.heads_k;
     const int64_t sq = p.lens.q(b), sk = p.lens.k(b);
-    for (int64_t hk = 0; hk < p.heads_k; ++hk) {
-      const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim);
-      const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v);
-      // dK, dV of a kv head sum over the query heads that share it (GQA); keys no query sees
-      // keep their zeros, which are written like every other row.
-      std::vector<double> dk(size_t(sk * p.head_dim), 0.0), dv(size_t(sk * p.head_dim_v), 0.0);
-      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-        const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim);
-        const std::vector<double> dout = gather(problem.dout, problem.dout_dtype, b, h, sq, p.head_dim_v);
-        const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
-        HeadProblem head = head_problem(p, precision, b, h, sq, sk);
-        head.q = q.data();
-        head.k = k.data();
-        head.v = v.data();
-        head.keep = keep.data();
-        const HeadGradients g = head_backward(head, dout.data());
-        scatter(problem.dq, grad_dtype, b, h, sq, p.head_dim, g.dq.data());
-        for (size_t i = 0; i < dk.size(); ++i) dk[i] += g.dk[i];
-        for (size_t i = 0; i < dv.size(); ++i) dv[i] += g.dv[i];
-      }
-      scatter(problem.dk, grad_dtype, b, hk, sk, p.head_dim, dk.data());
-      scatter(problem.dv, grad_dtype, b, hk, sk, p.head_dim_v, dv.data());
+    const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim);
+    const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v);
+    // dK, dV of a kv head sum over the query heads that share it (GQA); keys no query sees
+    // keep their zeros, which are written like every other row.
+    std::vector<double> dk(size_t(sk * p.head_dim), 0.0), dv(size_t(sk * p.head_dim_v), 0.0);
+    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+      const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim);
+      const std::vector<double> dout = gather(problem.dout, problem.dout_dtype, b, h, sq, p.head_dim_v);
+      const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
+      HeadProblem head = head_problem(p, precision, b, h, sq, sk);
+      head.q = q.data();
+      head.k = k.data();
+      head.v = v.data();
+      head.keep = keep.data();
+      const HeadGradients g = head_backward(head, dout.data());
+      scatter(problem.dq, grad_dtype, b, h, sq, p.head_dim, g.dq.data());
+      for (size_t i = 0; i < dk.size(); ++i) dk[i] += g.dk[i];
+      for (size_t i = 0; i < dv.size(); ++i) dv[i] += g.dv[i];
     }
-  }
+    scatter(problem.dk, grad_dtype, b, hk, sk, p.head_dim, dk.data());
+    scatter(problem.dv, grad_dtype, b, hk, sk, p.head_dim_v, dv.data());
+  });
 }
 
 void fwd_kvcache(const KvCacheProblem& problem, Precision precision) {
