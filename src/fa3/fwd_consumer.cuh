@@ -28,9 +28,11 @@
 #include "fa3/fp8_descale.cuh"
 #include "fa3/fwd_config.h"
 #include "fa3/fwd_epilogue.cuh"
+#include "fa3/fwd_gemms.cuh"
 #include "fa3/fwd_scheduler.cuh"
 #include "fa3/fwd_smem.cuh"
 #include "fa3/fwd_softmax.cuh"
+#include "fa3/fwd_turns.cuh"
 
 namespace flashattn::fa3 {
 
@@ -40,10 +42,7 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   using State = sm90::PipelineState<Config::kStages>;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   constexpr int kColumnBlocksV = Config::kColumnBlocksV;
-  constexpr int kHeadDim = Config::kHeadDim, kHeadDimV = Config::kHeadDimV;
-  Element* smem_q = sm.q;
-  Element* smem_k = sm.k;
-  Element* smem_v = sm.v;
+  constexpr int kHeadDimV = Config::kHeadDimV;
   auto* pipeline_k = sm.pipeline_k;
   // The ring P V reads: V (16-bit) or V transposed (fp8).
   auto* pipeline_v = Config::kFp8 ? sm.pipeline_vt : sm.pipeline_v;
@@ -57,16 +56,17 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
   const int warpgroup = uniform(int(threadIdx.x / 128));
   const int consumer = warpgroup - 1;  // rows consumer * 64 .. + 63 of the block
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  // Named barriers: the clear of a stage's V tail (all consumer threads) and the ping-pong turns
-  // (kTurnBarrier + c: consumer c's turn; two warpgroups meet at each).
-  // kEpilogueBarrier: every consumer's last P V done (O's staging area is in the V ring: P V read
-  // it, or fp8: the transposing warps read it before P V could start), then O staged.
-  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = kFwdClearBarrier, kTurnBarrier = kFwdTurnBarrier;
+  // Named barriers: the clear of a stage's V tail (all consumer threads), the ping-pong turns
+  // (fwd_turns.cuh), and kEpilogueBarrier: every consumer's last P V done (O's staging area is in
+  // the V ring: P V read it, or fp8: the transposing warps read it before P V could start), then
+  // O staged.
+  constexpr uint32_t kConsumerThreads = 128 * Config::kConsumers, kClearBarrier = kFwdClearBarrier;
   constexpr int kSRegs = kBlockN / 2, kORegs = kHeadDimV / 2;
   const float scale_log2 = Config::kGeneralScore ? kLog2e : p.score.scale * kLog2e;
-  const uint32_t q_addr = sm90::smem_u32(smem_q) + consumer * 64 * Config::kQKSwizzle;  // this warpgroup's 64 rows
-  const uint32_t k_addr = sm90::smem_u32(smem_k), v_addr = sm90::smem_u32(smem_v);
-  const uint32_t pv_addr = Config::kFp8 ? sm90::smem_u32(sm.vt) : v_addr;  // what P V reads
+  const uint32_t v_addr = sm90::smem_u32(sm.v);
+  const FwdGemms<Config> gemms{sm90::smem_u32(sm.q) + consumer * 64 * Config::kQKSwizzle,  // this warpgroup's 64 rows
+                               sm90::smem_u32(sm.k), Config::kFp8 ? sm90::smem_u32(sm.vt) : v_addr};
+  const FwdTurns<Config> turns{consumer};
   // A warp's arrival on a stage's empty barrier, once all its lanes are past their wait.
   auto release = [&](uint64_t* empty) {
     __syncwarp();
@@ -117,47 +117,6 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
     uint32_t p_frag[kBlockN / (Config::kFp8 ? 32 : 16)][4];  // P as the A operand of P V
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, rescale[2];
 
-    // S = Q K^T: k16 step j reads column block j / 4 at byte offset 32 * (j % 4). fp8: k32 step j
-    // reads column block 32 j / W at byte offset 32 j % W (W = kQKSwizzle, rows of W bytes).
-    auto issue_qk = [&](int stage) {
-      const uint32_t q_base = sm90::opaque_u32(q_addr), k_base = sm90::opaque_u32(k_addr + stage * Config::kKBytes);
-      sm90::wgmma_fence();
-      if constexpr (Config::kFp8) {
-        constexpr int kW = Config::kQKSwizzle;
-        const sm90::SmemDescriptor q(sm90::kmajor_descriptor_sw<kW>(q_base)), k(sm90::kmajor_descriptor_sw<kW>(k_base));
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 32; ++j)
-          sm90::WgmmaE4m3<kBlockN>::ss(s, q.at((32 * j / kW) * kBlockM * kW + (32 * j) % kW),
-                                       k.at((32 * j / kW) * kBlockN * kW + (32 * j) % kW), j > 0);
-      } else {
-        const sm90::SmemDescriptor q(sm90::kmajor_descriptor_at(q_base)), k(sm90::kmajor_descriptor_at(k_base));
-#pragma unroll
-        for (int j = 0; j < kHeadDim / 16; ++j)
-          sm90::Wgmma<Element, kBlockN>::template ss<0>(s, q.at((j / 4) * kBlockM * 128 + (j % 4) * 32),
-                                                        k.at((j / 4) * kBlockN * 128 + (j % 4) * 32), j > 0);
-      }
-      sm90::wgmma_commit();
-    };
-    // O += P V: V's k16 step kk starts at key row 16kk (2048 bytes into each column block), column
-    // blocks kBlockN * 128 bytes apart (MN-major).
-    // fp8: k32 step kk of Vt (K-major, keys in 128-key blocks of kHeadDimV rows) reads block
-    // kk / 4 at byte offset 32 (kk % 4).
-    auto issue_pv = [&](int stage) {
-      if constexpr (Config::kFp8) {
-        const sm90::SmemDescriptor vt(sm90::kmajor_descriptor_sw<128>(sm90::opaque_u32(pv_addr + stage * Config::kVtBytes)));
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 32; ++kk)
-          sm90::WgmmaE4m3<kHeadDimV>::rs(o, p_frag[kk], vt.at((kk / 4) * kHeadDimV * 128 + (kk % 4) * 32), 1);
-      } else {
-        const sm90::SmemDescriptor v(sm90::mnmajor_descriptor_at(sm90::opaque_u32(v_addr + stage * Config::kVBytes), kBlockN * 128));
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          sm90::Wgmma<Element, kHeadDimV>::template rs<1>(o, p_frag[kk], v.at(kk * 2048), 1);
-      }
-      sm90::wgmma_commit();
-    };
     // P of the tile just done in softmax, packed into the A fragments the next P V reads.
     auto write_p = [&]() {
       if constexpr (Config::kFp8) {
@@ -247,27 +206,8 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       }
     };
 
-    // Ping-pong: the consumer warpgroups take turns issuing their wgmmas, in a ring (0, 1, .., 0),
-    // so one's softmax runs while another's GEMMs hold the tensor cores. A turn is one issue point
-    // (prologue S, each loop iteration's S + P V, the last P V): T + 1 turns per warpgroup for T
-    // tiles. Consumer c waits on barrier kTurnBarrier + c and hands over to c + 1. Per work tile
-    // the last consumer opens consumer 0's first turn and skips its own last hand-over, so every
-    // arrival meets a sync. Barrier ids are constants (sm90::named_barrier_sync_of).
-    constexpr uint32_t kTurnThreads = 256;  // the warpgroup handing over + the one taking the turn
-    constexpr int kLastConsumer = Config::kConsumers - 1;
-    auto hand_over_to = [&](int next) { sm90::named_barrier_arrive_of<kTurnBarrier, kTurnThreads>(next); };
-    auto begin_turn = [&]() {
-      if constexpr (Config::kPingPong) sm90::named_barrier_sync_of<kTurnBarrier, kTurnThreads>(consumer);
-    };
-    auto end_turn = [&](bool last) {
-      if constexpr (Config::kPingPong) {
-        if (consumer != kLastConsumer) hand_over_to(consumer + 1);
-        else if (!last) hand_over_to(0);
-      }
-    };
-
     if (tile_begin < tile_end) {
-      if (Config::kPingPong && consumer == kLastConsumer) hand_over_to(0);
+      turns.open();
       // Intra-warpgroup overlap as written: while the P V wgmmas of tile n - 1 run, the softmax of
       // tile n (whose S wgmmas were issued first) runs on the other units (ptxas hoists the P V wait
       // of plain-score tiles, see softmax_tile; the overlap then comes from the other warpgroups). O
@@ -277,9 +217,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       const State first = State::at(uses);
       State v_state = first;  // V of tile n - 1 is in the stage K of tile n - 1 used
       pipeline_k->consumer_wait(first);
-      begin_turn();
-      issue_qk(first.stage);
-      end_turn(false);
+      turns.begin();
+      gemms.issue_qk(s, first.stage);
+      turns.end(false);
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(s);
       release(&pipeline_k->empty[first.stage]);
@@ -290,10 +230,10 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
         pipeline_k->consumer_wait(k_state);
         pipeline_v->consumer_wait(v_state);
         // (No V tail to clear: only the last tile, tile_end - 1, can hold keys past sk.)
-        begin_turn();
-        issue_qk(k_state.stage);
-        issue_pv(v_state.stage);
-        end_turn(false);
+        turns.begin();
+        gemms.issue_qk(s, k_state.stage);
+        gemms.issue_pv(o, p_frag, v_state.stage);
+        turns.end(false);
         sm90::wgmma_wait<1>();  // S of this tile; the P V group may still run
         sm90::fence_accumulators(s);
         release(&pipeline_k->empty[k_state.stage]);
@@ -310,9 +250,9 @@ __device__ __forceinline__ void fwd_consume(const FwdMaps& maps, const AttnProbl
       release_q();
       pipeline_v->consumer_wait(v_state);
       clear_v_tail(v_state.stage, tile_end - 1);
-      begin_turn();
-      issue_pv(v_state.stage);
-      end_turn(true);
+      turns.begin();
+      gemms.issue_pv(o, p_frag, v_state.stage);
+      turns.end(true);
       sm90::wgmma_wait<0>();
       sm90::fence_accumulators(o);
       release(&pipeline_v->empty[v_state.stage]);
