@@ -70,9 +70,15 @@ std::vector<uint8_t> keep_mask(const AttnProblem& p, int64_t b, int64_t h, int64
   return keep;
 }
 
-HeadProblem head_problem(const AttnProblem& p, Precision precision, int64_t b, int64_t h,
-                         int64_t sq, int64_t sk) {
+// Head h of sequence b over its gathered rows and keep mask (which must outlive it).
+HeadProblem head_problem(const AttnProblem& p, Precision precision, int64_t b, int64_t h, int64_t sq, int64_t sk,
+                         const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
+                         const std::vector<uint8_t>& keep) {
   HeadProblem head;
+  head.q = q.data();
+  head.k = k.data();
+  head.v = v.data();
+  head.keep = keep.data();
   head.seqlen_q = sq;
   head.seqlen_k = sk;
   head.head_dim = p.head_dim;
@@ -131,12 +137,7 @@ void fwd(const AttnProblem& problem, Precision precision) {
     const std::vector<double> k = gather(p.k, p.dtype, b, hk, sk, p.head_dim, p.descale_k(b, hk));
     const std::vector<double> v = gather(p.v, p.dtype, b, hk, sk, p.head_dim_v, p.descale_v(b, hk));
     const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
-    HeadProblem head = head_problem(p, precision, b, h, sq, sk);
-    head.q = q.data();
-    head.k = k.data();
-    head.v = v.data();
-    head.keep = keep.data();
-    const HeadForward result = head_forward(head);
+    const HeadForward result = head_forward(head_problem(p, precision, b, h, sq, sk, q, k, v, keep));
     scatter(p.out, p.out_dtype, b, h, sq, p.head_dim_v, result.out.data());
     if (p.lse.defined())
       for (int64_t i = 0; i < sq; ++i) p.lse.data[p.lse.offset(b, i, h)] = float(result.lse[size_t(i)]);
@@ -160,12 +161,7 @@ void bwd(const BwdProblem& problem, Precision precision) {
       const std::vector<double> q = gather(p.q, p.dtype, b, h, sq, p.head_dim);
       const std::vector<double> dout = gather(problem.dout, problem.dout_dtype, b, h, sq, p.head_dim_v);
       const std::vector<uint8_t> keep = keep_mask(p, b, h, sq, sk);
-      HeadProblem head = head_problem(p, precision, b, h, sq, sk);
-      head.q = q.data();
-      head.k = k.data();
-      head.v = v.data();
-      head.keep = keep.data();
-      const HeadGradients g = head_backward(head, dout.data());
+      const HeadGradients g = head_backward(head_problem(p, precision, b, h, sq, sk, q, k, v, keep), dout.data());
       scatter(problem.dq, grad_dtype, b, h, sq, p.head_dim, g.dq.data());
       for (size_t i = 0; i < dk.size(); ++i) dk[i] += g.dk[i];
       for (size_t i = 0; i < dv.size(); ++i) dv[i] += g.dv[i];
