@@ -1,5 +1,5 @@
-// Integer division rounding toward -inf and +inf (C++ rounds toward 0), for b > 0: host and
-// device, 32 or 64 bits.
+// Integer division rounding toward -inf and +inf (C++ rounds toward 0), for b > 0 and |a| + b
+// within T's range (a negative a is negated and b - 1 added): host and device, 32 or 64 bits.
 #pragma once
 
 #include "common/host_device.h"
