@@ -6,6 +6,13 @@ memory, and the ratio to SDPA.
 
 usage (on the GPU machine, after `python3 -m pip install --no-build-isolation .`):
   python3 tools/gpu/llama_step.py [--shapes 4x4096,1x16384] [--steps 10] [--json FILE] [--profile]
+                                  [--no-packed-check]
+
+--no-packed-check (a measurement, not a setting to train with): Transformers' flash-attention
+path asks, at batch 1, whether position_ids hold packed sequences, and reads the answer on the
+host: one device synchronisation per layer and forward, which SDPA's path does not make. The flag
+replaces that check with False (true here: the step's positions are 0..seqlen-1), so the two runs
+show what the synchronisation costs the step.
 """
 import argparse
 import json
@@ -16,10 +23,19 @@ import textwrap
 STEP = textwrap.dedent("""
     import json, sys, time
     impl, batch, seqlen, steps, profile = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+    packed_check = sys.argv[6] == "1"
     if impl == "flash_attention_2":
         import flashattn.compat
         flashattn.compat.install()
     import torch, transformers
+    import transformers.modeling_flash_attention_utils as fa_utils
+    # Counted either way, so the output shows that the check is the module global the path calls.
+    packed_calls = [0]
+    checked = fa_utils._is_packed_sequence if packed_check else (lambda position_ids, batch_size: False)
+    def counted_check(position_ids, batch_size):
+        packed_calls[0] += 1
+        return checked(position_ids, batch_size)
+    fa_utils._is_packed_sequence = counted_check
     torch.manual_seed(0)
     config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=6,
                                       num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
@@ -41,8 +57,10 @@ STEP = textwrap.dedent("""
         start.record(); step(); stop.record(); stop.synchronize()
         times.append(start.elapsed_time(stop))
     times.sort()
+    checks_per_step = packed_calls[0] / (3 + steps)
     ms = times[len(times) // 2]
-    row = {"impl": impl, "batch": batch, "seqlen": seqlen, "median_ms": ms,
+    row = {"impl": impl, "batch": batch, "seqlen": seqlen, "packed_check": packed_check,
+           "packed_checks_per_step": checks_per_step, "median_ms": ms,
            "tokens_per_s": batch * seqlen / ms * 1e3, "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
     if profile:
         # One more step under the profiler: GPU time per kernel, the attention kernels' share
@@ -71,6 +89,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true",
                     help="also profile one step: GPU ms of all kernels and of the attention kernels, the top 20 kernels")
+    ap.add_argument("--no-packed-check", action="store_true",
+                    help="replace Transformers' packed-sequence check (a host sync at batch 1) with False")
     a = ap.parse_args()
     rows = []
     for shape in a.shapes.split(","):
@@ -79,7 +99,8 @@ def main():
         for impl in ("sdpa", "flash_attention_2"):
             # A process per run: the shim must be installed before transformers is imported, and
             # each run's peak memory is its own.
-            proc = subprocess.run([sys.executable, "-c", STEP, impl, str(batch), str(seqlen), str(a.steps), str(int(a.profile))],
+            proc = subprocess.run([sys.executable, "-c", STEP, impl, str(batch), str(seqlen), str(a.steps), str(int(a.profile)),
+                                   str(int(not a.no_packed_check))],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{impl} {shape}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)

@@ -1,0 +1,101 @@
+"""Where the host time of one flashattn forward call goes (tools/gpu/host_overhead.py measures the
+total): cProfile of flash_attn_func with the GPU kept busy, the extension call on its own, and the
+CUDA runtime calls the torch profiler sees during the calls.
+
+usage (on the GPU machine, after `python3 -m pip install --no-build-isolation .`):
+  python3 tools/gpu/host_profile.py [--shape 1x16384] [--calls 200] [--backward]
+"""
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+
+import flashattn.compat
+
+flashattn.compat.install()
+from flash_attn import flash_attn_func  # noqa: E402
+from flashattn import _ext, torch_ops  # noqa: E402
+
+HEADS_Q, HEADS_K, HEAD_DIM = 16, 4, 128
+
+
+def busy_loop(fn, calls):
+    """Median host microseconds of fn() with the GPU busy throughout."""
+    times = []
+    for _ in range(calls):
+        torch.cuda._sleep(5_000_000)
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+        torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="1x16384")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--backward", action="store_true")
+    a = ap.parse_args()
+    batch, seqlen = map(int, a.shape.split("x"))
+    rg = a.backward
+    q = torch.randn(batch, seqlen, HEADS_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=rg)
+    k = torch.randn(batch, seqlen, HEADS_K, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=rg)
+    v = torch.randn(batch, seqlen, HEADS_K, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=rg)
+    out = torch.empty(batch, seqlen, HEADS_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    lse = torch.empty(batch, HEADS_Q, seqlen, device="cuda", dtype=torch.float32)
+    stream = torch.cuda.current_stream().cuda_stream
+    scale = HEAD_DIM ** -0.5
+
+    def full():
+        o = flash_attn_func(q, k, v, causal=True)
+        if rg:
+            o.sum().backward()
+
+    def custom_op():
+        torch_ops.fwd(q.detach(), k.detach(), v.detach(), None, None, None, seqlen, seqlen, scale, True, -1, -1, 0.0,
+                      None, 0.0, 0)
+
+    def extension():
+        _ext.fwd(q.detach(), k.detach(), v.detach(), out, softmax_lse=lse, cu_seqlens_q=None, cu_seqlens_k=None,
+                 seqused_k=None, max_seqlen_q=seqlen, max_seqlen_k=seqlen, softmax_scale=scale, causal=True,
+                 window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0,
+                 dropout_offset=0, num_splits=0, block_table=None, q_descale=None, k_descale=None, v_descale=None,
+                 float8_views=[], stream=stream)
+
+    with torch.set_grad_enabled(rg):
+        for name, fn in (("flash_attn_func", full), ("torch_ops.fwd (custom op)", custom_op),
+                         ("_ext.fwd (extension)", extension)):
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            print(f"{name}: {busy_loop(fn, a.calls):.1f} us median host time", flush=True)
+
+        prof = cProfile.Profile()
+        for _ in range(a.calls):
+            torch.cuda._sleep(5_000_000)
+            prof.enable()
+            full()
+            prof.disable()
+            torch.cuda.synchronize()
+        stats = pstats.Stats(prof)
+        print(f"\n== cProfile of {a.calls} flash_attn_func calls, by own time")
+        stats.sort_stats("tottime").print_stats(25)
+        print("\n== by cumulative time")
+        stats.sort_stats("cumulative").print_stats(30)
+
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            for _ in range(20):
+                torch.cuda._sleep(5_000_000)
+                full()
+                torch.cuda.synchronize()
+        print("\n== torch profiler, 20 calls, by self CPU time")
+        print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
+
+
+if __name__ == "__main__":
+    main()
