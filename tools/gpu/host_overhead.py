@@ -35,25 +35,39 @@ def sdpa(q, k, v):
     return out.transpose(1, 2)
 
 
-def host_us(fn, q, k, v, backward, calls):
-    """Median host microseconds of fn (and its backward) with the GPU busy throughout."""
-    grad = torch.randn(q.shape[:-1] + (v.shape[-1],), device=q.device, dtype=q.dtype) if backward else None
-    for _ in range(3):  # warm-up: first-call set-up (kernel attributes, tensor maps, allocator)
-        out = fn(q, k, v)
-        if backward:
-            out.backward(grad)
-    torch.cuda.synchronize()
+def make_qkv(batch, seqlen, requires_grad):
+    """q, k, v of the step's attention: (batch, seqlen, heads, d), bf16, on the GPU."""
+    return [torch.randn(batch, seqlen, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16,
+                        requires_grad=requires_grad) for heads in (HEADS_Q, HEADS_K, HEADS_K)]
+
+
+def median_host_us(work, calls, gpu_ahead_cycles):
+    """Median host microseconds of work() over `calls` calls, each with gpu_ahead_cycles of GPU
+    work (torch.cuda._sleep) queued ahead of it, so that it never waits on the device."""
     times = []
     for _ in range(calls):
-        torch.cuda._sleep(20_000_000)  # ~10 ms of GPU work queued ahead of the call
+        torch.cuda._sleep(gpu_ahead_cycles)
         start = time.perf_counter()
-        out = fn(q, k, v)
-        if backward:
-            out.backward(grad)
+        work()
         times.append((time.perf_counter() - start) * 1e6)
         torch.cuda.synchronize()
     times.sort()
     return times[len(times) // 2]
+
+
+def host_us(fn, q, k, v, backward, calls):
+    """Median host microseconds of fn (and its backward) with the GPU busy throughout."""
+    grad = torch.randn(q.shape[:-1] + (v.shape[-1],), device=q.device, dtype=q.dtype) if backward else None
+
+    def work():
+        out = fn(q, k, v)
+        if backward:
+            out.backward(grad)
+
+    for _ in range(3):  # warm-up: first-call set-up (kernel attributes, tensor maps, allocator)
+        work()
+    torch.cuda.synchronize()
+    return median_host_us(work, calls, 20_000_000)  # ~10 ms of GPU work ahead of each call
 
 
 def main():
@@ -66,9 +80,7 @@ def main():
     for shape in a.shapes.split(","):
         batch, seqlen = map(int, shape.split("x"))
         for backward in (False, True):
-            q = torch.randn(batch, seqlen, HEADS_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
-            k = torch.randn(batch, seqlen, HEADS_K, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
-            v = torch.randn(batch, seqlen, HEADS_K, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+            q, k, v = make_qkv(batch, seqlen, backward)
             for name, fn in (("flashattn", ours), ("sdpa", sdpa)):
                 with torch.set_grad_enabled(backward):
                     us = host_us(fn, q, k, v, backward, a.calls)

@@ -8,7 +8,6 @@ usage (on the GPU machine, after `python3 -m pip install --no-build-isolation .`
 import argparse
 import cProfile
 import pstats
-import time
 
 import torch
 
@@ -18,20 +17,7 @@ flashattn.compat.install()
 from flash_attn import flash_attn_func  # noqa: E402
 from flashattn import _ext, torch_ops  # noqa: E402
 
-HEADS_Q, HEADS_K, HEAD_DIM = 16, 4, 128
-
-
-def busy_loop(fn, calls):
-    """Median host microseconds of fn() with the GPU busy throughout."""
-    times = []
-    for _ in range(calls):
-        torch.cuda._sleep(5_000_000)
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e6)
-        torch.cuda.synchronize()
-    times.sort()
-    return times[len(times) // 2]
+from host_overhead import HEAD_DIM, HEADS_Q, make_qkv, median_host_us  # noqa: E402  (beside this file)
 
 
 def main():
@@ -42,9 +28,7 @@ def main():
     a = ap.parse_args()
     batch, seqlen = map(int, a.shape.split("x"))
     rg = a.backward
-    q = torch.randn(batch, seqlen, HEADS_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=rg)
-    k = torch.randn(batch, seqlen, HEADS_K, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=rg)
-    v = torch.randn(batch, seqlen, HEADS_K, HEAD_DIM, device="cuda", dtype=torch.bfloat16, requires_grad=rg)
+    q, k, v = make_qkv(batch, seqlen, rg)
     out = torch.empty(batch, seqlen, HEADS_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     lse = torch.empty(batch, HEADS_Q, seqlen, device="cuda", dtype=torch.float32)
     stream = torch.cuda.current_stream().cuda_stream
@@ -72,7 +56,7 @@ def main():
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
-            print(f"{name}: {busy_loop(fn, a.calls):.1f} us median host time", flush=True)
+            print(f"{name}: {median_host_us(fn, a.calls, 5_000_000):.1f} us median host time", flush=True)
 
         prof = cProfile.Profile()
         for _ in range(a.calls):
