@@ -4,6 +4,9 @@
 # torch tests skip; the numpy tests (the CPU backend through the extension) always run.
 # The package is built CPU-only here (FLASHATTN_CUDA=OFF): the tests need no GPU code and the
 # CUDA sources are compiled by the C++ build already.
+# FA_WITH_TORCH=1 also installs torch and Transformers from PyPI (about 4 GB with CUDA's libraries):
+# the torch ops, autograd, the drop-in interfaces and the Transformers tests then run on CPU
+# tensors, which catches a broken torch path without a GPU.
 # Extra arguments go to pytest, e.g. -k kvcache.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -21,6 +24,10 @@ fi
 fa_log "installing the Python build and test tools into $venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   "scikit-build-core>=0.10" "nanobind>=2.0" ninja numpy pytest
+if [[ "${FA_WITH_TORCH:-0}" == 1 ]]; then
+  fa_log "installing torch and Transformers into $venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch>=2.4" transformers
+fi
 fa_log "building and installing the flashattn Python package (CPU backend)"
 # No build isolation: the tools above are used as installed (also what works offline).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \

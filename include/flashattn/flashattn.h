@@ -114,6 +114,26 @@ enum class Backend : int {
 };
 const char* backend_name(Backend backend);
 
+// Device memory for a GPU call's own scratch (the backward's fp32 dQ accumulator and row
+// statistics, split-KV partials, tile counters), ordered on the call's stream. Not given
+// (allocate == nullptr): the library's own stream-ordered pool, which keeps up to 64 MiB a device
+// mapped between calls. A framework gives its allocator so that the scratch shows in its memory
+// accounting and reuses its cache (the Python package gives torch's caching allocator).
+// - allocate returns memory on the current device (the one the call runs on), aligned to 256
+//   bytes as cudaMalloc's is, or nullptr when it has none: the call then fails with CudaError
+//   naming the step, before launching anything that would use it.
+// - release may be called before the call's kernels have run, so both must be ordered on
+//   `stream`: memory released there is reused only by later work on that stream, as with
+//   cudaFreeAsync and torch's caching allocator. While `stream` is being captured into a CUDA
+//   graph, the memory must stay the graph's for every replay (torch's graph pools, CUDA's graph
+//   memory nodes). release must not throw.
+// - Both are called on the calling thread, during the call. Combine needs no scratch today.
+struct WorkspaceAllocator {
+  void* (*allocate)(std::size_t bytes, void* stream, void* context) = nullptr;
+  void (*release)(void* data, void* stream, void* context) = nullptr;
+  void* context = nullptr;
+};
+
 // Options every attention entry point shares.
 struct AttnOptions {
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
@@ -124,6 +144,7 @@ struct AttnOptions {
   TensorView alibi_slopes;             // float32 (heads_q) or (batch, heads_q): bias
                                        //   -slope * |i + seqlen_k - seqlen_q - j|
   void* stream = nullptr;              // cudaStream_t for GPU backends
+  WorkspaceAllocator workspace;        // GPU scratch; default: the library's pool
   Backend backend = Backend::Auto;
 };
 
@@ -214,6 +235,7 @@ struct CombineParams {
   TensorView out;          // (batch, seqlen, heads, d) or (total, heads, d); f32, f16 or bf16
   TensorView softmax_lse;  // optional float32 (batch, heads, seqlen) or (heads, total)
   void* stream = nullptr;
+  WorkspaceAllocator workspace;  // as in AttnOptions
   Backend backend = Backend::Auto;
 };
 

@@ -5,6 +5,7 @@
 
 #include "api/rules.h"
 #include "api/validate.h"
+#include "common/workspace_scope.h"
 #include "cpu/cpu_backend.h"
 #if defined(FLASHATTN_WITH_CUDA)
 #include "fa2/fa2_backend.h"
@@ -205,6 +206,7 @@ Status fwd(const FwdParams& params) {
     if (params.backend == Backend::Auto) target = auto_forward_target(target, params.q, problem);
     FA_CHECK(check_fp8_target(target, problem.dtype, false));
     if (params.out.numel() == 0) return {};  // no query rows: nothing to write
+    const WorkspaceScope workspace(params.workspace);
     return run_fwd(target, problem, params.stream);
   });
 }
@@ -218,6 +220,7 @@ Status bwd(const BwdParams& params) {
     if (params.backend == Backend::Auto) target = auto_backward_target(target, params.q, problem);
     // Keys without queries still get (zero) gradients, so only a call without any is empty.
     if (params.dq.numel() == 0 && params.dk.numel() == 0 && params.dv.numel() == 0) return {};
+    const WorkspaceScope workspace(params.workspace);
     return run_bwd(target, problem, params.stream);
   });
 }
@@ -231,6 +234,7 @@ Status fwd_kvcache(const KvCacheParams& params) {
     FA_CHECK(check_fp8_target(target, problem.attn.dtype, true));
     // Appending keys is work even without query rows.
     if (params.out.numel() == 0 && params.k_new.numel() == 0) return {};
+    const WorkspaceScope workspace(params.workspace);
     return run_fwd_kvcache(target, problem, params.stream);
   });
 }
@@ -242,6 +246,7 @@ Status combine(const CombineParams& params) {
     Target target{};
     FA_CHECK(choose_target(params.backend, params.out_partial, "out_partial", &target));
     if (params.out.numel() == 0) return {};
+    const WorkspaceScope workspace(params.workspace);
     return run_combine(target, problem, params.stream);
   });
 }

@@ -4,6 +4,7 @@
 
 #include "api/rules.h"
 #include "api/validate.h"
+#include "common/workspace_scope.h"
 #include "fa3/bwd_variant_names.h"
 #if defined(FLASHATTN_WITH_CUDA)
 #include "fa3/fa3_backend.h"
@@ -34,6 +35,7 @@ Status bwd_fa3_forced(const BwdParams& params, [[maybe_unused]] const Fa3BwdOver
   if (change.section_per_wave) plan.section_per_wave = *change.section_per_wave;
   if (change.tma_store_dkv) plan.tma_store_dkv = *change.tma_store_dkv;
   if (change.row_stagger) plan.row_stagger = *change.row_stagger;
+  const WorkspaceScope workspace(params.workspace);
   return fa3::bwd(problem, params.stream, &plan);
 #else
   return unsupported("backend", "the FA3 backward is not in this build (configured without CUDA)");

@@ -582,6 +582,13 @@ Status check_backend(Backend backend) {
   return invalid_argument("backend", "must be Backend::Auto, Cpu, Fa2 or Fa3", std::to_string(int(backend)));
 }
 
+Status check_workspace(const WorkspaceAllocator& workspace) {
+  if ((workspace.allocate == nullptr) != (workspace.release == nullptr))
+    return invalid_argument("workspace", "allocate and release must be given together (or neither: the library's pool)",
+                            workspace.allocate == nullptr ? "release without allocate" : "allocate without release");
+  return {};
+}
+
 Status check_cpu_threads(int threads, int max_threads) {
   if (threads < 0 || threads > max_threads)
     return invalid_argument("threads",

@@ -165,6 +165,7 @@ Status check_softmax_scale(const std::optional<float>& scale);  // finite when g
 Status check_dropout(float dropout_p);                  // in [0, 1)
 Status check_num_splits(int num_splits);                // in [0, 256]
 Status check_backend(Backend backend);                  // a Backend enumerator
+Status check_workspace(const WorkspaceAllocator& workspace);  // allocate and release given together
 // set_cpu_threads: in [0, max_threads] (0 = all hardware threads).
 Status check_cpu_threads(int threads, int max_threads);
 

@@ -163,6 +163,7 @@ void fill_descales(const Fp8Descales& d, AttnProblem* p) {
 }
 
 Status check_options(const AttnOptions& options) {
+  FA_CHECK(check_workspace(options.workspace));
   FA_CHECK(check_window(options.window_left, "window_left"));
   FA_CHECK(check_window(options.window_right, "window_right"));
   FA_CHECK(check_softcap(options.softcap));
@@ -776,6 +777,7 @@ Status make_kvcache_problem(const KvCacheParams& params, KvCacheProblem* problem
 Status make_combine_problem(const CombineParams& params, CombineProblem* problem) {
   FA_CHECK(check_problem_pointer(problem));
   FA_CHECK(check_backend(params.backend));
+  FA_CHECK(check_workspace(params.workspace));
   const TensorView &out_partial = params.out_partial, &lse_partial = params.lse_partial;
   const TensorView &out = params.out, &lse = params.softmax_lse;
   const NamedList inputs = {{out_partial, "out_partial"}, {lse_partial, "lse_partial"}};

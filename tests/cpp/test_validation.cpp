@@ -31,6 +31,11 @@ TensorView on_cuda(TensorView view, void* data, int index = 0) {
   return view;
 }
 
+// A caller's workspace allocator for the GPU scratch: the rule is that allocate and release come
+// together. Validation never calls them.
+void* workspace_allocate(std::size_t, void*, void*) { return nullptr; }
+void workspace_release(void*, void*, void*) {}
+
 // ---------------------------------------------------------------------------------------------
 // Forward, dense: batch 2, seqlen_q 5, seqlen_k 7, heads 4/2 (GQA), head_dim 16, head_dim_v 32.
 // ---------------------------------------------------------------------------------------------
@@ -269,6 +274,16 @@ TEST_F(FwdRules, OutputDtype) {
 TEST_F(FwdRules, LseMustBeFloat32) {
   p.softmax_lse.dtype = DType::F16;
   EXPECT_INVALID(build(), "softmax_lse", "dtype must be float32");
+}
+
+TEST_F(FwdRules, WorkspaceAllocatorNeedsBothFunctions) {
+  p.workspace.allocate = workspace_allocate;
+  EXPECT_INVALID(build(), "workspace", "allocate and release must be given together");
+  p.workspace = {};
+  p.workspace.release = workspace_release;
+  EXPECT_INVALID(build(), "workspace", "release without allocate");
+  p.workspace.allocate = workspace_allocate;
+  EXPECT_OK(build());
 }
 
 TEST_F(FwdRules, AlibiMustBeFloat32) {
@@ -858,6 +873,11 @@ TEST_F(BwdRules, ValidCallPasses) {
   EXPECT_TRUE(problem.fwd.lse.defined());
 }
 
+TEST_F(BwdRules, WorkspaceAllocatorNeedsBothFunctions) {
+  p.workspace.release = workspace_release;
+  EXPECT_INVALID(build(), "workspace", "allocate and release must be given together");
+}
+
 TEST_F(BwdRules, LseIsRequired) {
   p.softmax_lse = {};
   EXPECT_INVALID(build(), "softmax_lse", "is required");
@@ -987,6 +1007,11 @@ class KvCacheRules : public ::testing::Test {
   KvCacheParams p;
   KvCacheProblem problem;
 };
+
+TEST_F(KvCacheRules, WorkspaceAllocatorNeedsBothFunctions) {
+  p.workspace.allocate = workspace_allocate;
+  EXPECT_INVALID(build(), "workspace", "allocate without release");
+}
 
 TEST_F(KvCacheRules, ValidDenseCache) {
   ASSERT_TRUE(build().ok());
@@ -1454,6 +1479,13 @@ class CombineRules : public ::testing::Test {
   CombineParams p;
   CombineProblem problem;
 };
+
+TEST_F(CombineRules, WorkspaceAllocatorNeedsBothFunctions) {
+  p.workspace.release = workspace_release;
+  EXPECT_INVALID(build(), "workspace", "release without allocate");
+  p.workspace.allocate = workspace_allocate;
+  EXPECT_OK(build());
+}
 
 TEST_F(CombineRules, ValidDense) {
   ASSERT_TRUE(build().ok());
