@@ -36,7 +36,7 @@ flash_attn_with_kvcache without ``cu_seqlens_q`` (FA3 ignores it there too).
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Union
 
 from . import _args
 from ._errors import UnsupportedError

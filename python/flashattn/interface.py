@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 from . import _args
 from ._errors import ArgumentError, FlashAttnError, UnsupportedError

@@ -13,9 +13,12 @@ to x's dtype; float64 stays float64), so bfloat16/float16 inputs lose nothing to
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 from . import _args
+
+if TYPE_CHECKING:  # for checkers; at run time __getattr__ below defines it on first access
+    from ._rotary_embedding import RotaryEmbedding
 
 Array = Any
 

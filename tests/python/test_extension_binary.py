@@ -58,10 +58,7 @@ def _static_libstdcxx_available() -> bool:
 
 
 def _build_tools_available() -> bool:
-    try:
-        import nanobind  # noqa: F401
-        import scikit_build_core  # noqa: F401
-    except ImportError:
+    if not (_module_available("nanobind") and _module_available("scikit_build_core")):
         return False
     return shutil.which("cmake") is not None or _module_available("cmake")
 
