@@ -4,7 +4,7 @@
 # torch tests skip; the numpy tests (the CPU backend through the extension) always run.
 # The package is built CPU-only here (FLASHATTN_CUDA=OFF): the tests need no GPU code and the
 # CUDA sources are compiled by the C++ build already.
-# pyflakes checks the package, the GPU tools and the tests first (undefined names, unused imports).
+# pyflakes checks the package, the tools and the tests first (undefined names, unused imports).
 # FA_WITH_TORCH=1 also installs torch and Transformers from PyPI (about 4 GB with CUDA's libraries):
 # the torch ops, autograd, the drop-in interfaces and the Transformers tests then run on CPU
 # tensors, which catches a broken torch path without a GPU.
@@ -35,8 +35,8 @@ fa_log "building and installing the flashattn Python package (CPU backend)"
   -C cmake.define.FLASHATTN_CUDA=OFF -C build-dir="$FA_ROOT/build/python-ci" "$FA_ROOT"
 # Names that do not exist fail here, before a GPU call would: CI's venv has no torch, so the torch
 # path and the GPU tools only run on a device.
-fa_log "pyflakes: python/flashattn tools/gpu tests/python"
-(cd "$FA_ROOT" && "$venv/bin/python" -m pyflakes python/flashattn tools/gpu tests/python) \
+fa_log "pyflakes: python/flashattn tools tests/python"
+(cd "$FA_ROOT" && "$venv/bin/python" -m pyflakes python/flashattn tools tests/python) \
   || fa_die "pyflakes found problems (listed above)"
 fa_log "running the Python tests"
 cd "$FA_ROOT"
