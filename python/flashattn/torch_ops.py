@@ -46,6 +46,21 @@ def _stream(t: Tensor) -> int:
     return 0
 
 
+# torch's caching allocator, as the library's workspace allocator for CUDA calls: (alloc(nbytes,
+# stream) -> address, release(address)), both on the current device and ordered on the stream.
+_TORCH_WORKSPACE = (getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None),
+                    getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None))
+
+
+def _workspace(t: Tensor) -> Optional[Tuple[Any, Any]]:
+    """The scratch a CUDA call needs (the backward's dQ accumulator, split-KV partials) from torch's
+    caching allocator, as FlashAttention allocates it: torch's memory statistics count it and its
+    cache serves it. None (the library's own pool) for host tensors or a torch without the hooks."""
+    if t.device.type != "cuda" or None in _TORCH_WORKSPACE:
+        return None
+    return _TORCH_WORKSPACE
+
+
 def _on_device(t: Tensor) -> ContextManager:
     """Makes t's CUDA device current: torch exports CUDA tensors through DLPack only from the
     current device, and the library launches on the current device's stream."""
@@ -111,15 +126,63 @@ def _draw_rng_state(dropout_p: float) -> Tensor:
     return torch.zeros(2, dtype=torch.int64)
 
 
+# What a direct call must ask torch. These are private functions; where this torch lacks one, every
+# call goes through the op (slower, never wrong). Pre-dispatch modes (make_fx pre_dispatch) sit on a
+# stack of their own in the torch versions that have one.
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_pre_dispatch_stack_len = getattr(torch._ops, "_len_torch_dispatch_stack_pre_dispatch", None)
+_function_mode_enabled = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_tracing_state = getattr(torch._C, "_get_tracing_state", None)
+_profiler_enabled = getattr(torch.autograd, "_profiler_enabled", None)
+_DIRECT_CALLS = None not in (_dispatch_stack_len, _function_mode_enabled, _functorch_active, _tracing_state,
+                             _profiler_enabled)
+
+
+def _no_modes() -> bool:
+    # The dispatch stack's length counts the infra modes too (FakeTensorMode, proxy, functional).
+    return (_dispatch_stack_len() == 0 and (_pre_dispatch_stack_len is None or _pre_dispatch_stack_len() == 0)
+            and not _function_mode_enabled())
+
+
+def _direct_call_ok(*tensors: Optional[Tensor]) -> bool:
+    """True where calling an op through torch's dispatcher would only run its implementation: an
+    eager call whose tensor arguments are all plain tensors, with no dispatch or function mode
+    (FakeTensorMode, FlopCounterMode, a device context), no functorch transform (vmap, grad), no
+    TorchScript or compiler tracing and no profiler recording ops. There the implementation is
+    called directly: the custom op's Python dispatch layers cost more host time than the library
+    call itself (docs/PERF.md, thirty-third session), which a step that synchronises (Transformers'
+    flash-attention path at batch 1) or a small decode call pays in full. Everywhere else the op is
+    called, so tracing, export, modes and profiles see it."""
+    # is_compiling first: under torch.compile it is a constant, and nothing after it gets traced.
+    return (_DIRECT_CALLS and not torch.compiler.is_compiling()
+            and all(t is None or type(t) is Tensor for t in tensors) and _no_modes()
+            and not _functorch_active() and not _tracing_state() and not _profiler_enabled())
+
+
+def _no_autograd(*tensors: Optional[Tensor]) -> bool:
+    """No tensor argument needs an autograd record. Where one does, the op is called: it raises on a
+    backward through its outputs (it has no backward), where a direct call would give outputs
+    silently cut from the graph."""
+    return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)
+
+
+def _bump_versions(*tensors: Tensor) -> None:
+    """What the op does for the arguments it mutates: their version counters move, so autograd
+    refuses a backward through a saved copy of the old contents (inference tensors have none)."""
+    for t in tensors:
+        if not t.is_inference():
+            torch.autograd.graph.increment_version(t)
+
+
 # ---------------------------------------------------------------------------------------------
 # flashattn::fwd / flashattn::bwd
 # ---------------------------------------------------------------------------------------------
-@torch.library.custom_op("flashattn::fwd", mutates_args=())
-def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-        seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
-        window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
-        num_splits: int, block_table: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
-        k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+def _fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+         seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+         window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float,
+         num_splits: int, block_table: Optional[Tensor] = None, q_descale: Optional[Tensor] = None,
+         k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """Forward attention: (out, softmax_lse, rng_state). Dense (batch, seqlen, heads, d) or varlen
     (total, heads, d) with int32 cu_seqlens; with block_table (varlen only) k and v are paged
     (num_blocks, page_size, heads_k, d). float8_e4m3fn q, k, v take float32 (batch, heads_k)
@@ -146,8 +209,12 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
             softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
             softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p, dropout_seed=seed,
             dropout_offset=offset, num_splits=num_splits, block_table=_dl(block_table), q_descale=_dl(q_descale),
-            k_descale=_dl(k_descale), v_descale=_dl(v_descale), float8_views=float8_views, stream=_stream(q)))
+            k_descale=_dl(k_descale), v_descale=_dl(v_descale), float8_views=float8_views, stream=_stream(q),
+            workspace=_workspace(q)))
     return (out if fp8 else out.to(q.dtype)), lse, rng_state
+
+
+fwd = torch.library.custom_op("flashattn::fwd", mutates_args=())(_fwd)
 
 
 @fwd.register_fake
@@ -160,12 +227,11 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k
     return out, lse, torch.empty(2, dtype=torch.int64, device="cpu")
 
 
-@torch.library.custom_op("flashattn::bwd", mutates_args=())
-def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
-        cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
-        max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
-        window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float, rng_state: Tensor,
-        deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+def _bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse: Tensor,
+         cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+         max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
+         window_right: int, softcap: float, alibi_slopes: Optional[Tensor], dropout_p: float, rng_state: Tensor,
+         deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv) of flashattn::fwd with the same options and its rng_state."""
     qc, kc, vc, oc, doc = (_last_dim_contiguous(_compute(x)) for x in (q, k, v, out, dout))
     # Varlen: rows past the last cu_seqlens entry take part in nothing; their gradient is 0.
@@ -180,8 +246,12 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, softmax_lse:
             cu_seqlens_k=_dl(cu_seqlens_k), seqused_k=_dl(seqused_k), max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
             window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), dropout_p=dropout_p,
-            dropout_seed=seed, dropout_offset=offset, deterministic=deterministic, stream=_stream(q)))
+            dropout_seed=seed, dropout_offset=offset, deterministic=deterministic, stream=_stream(q),
+            workspace=_workspace(q)))
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_bwd)
 
 
 @bwd.register_fake
@@ -201,7 +271,8 @@ class FlashAttnFunc(torch.autograd.Function):
                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
                 alibi_slopes: Optional[Tensor], dropout_p: float, num_splits: int,
                 deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-        out, lse, rng_state = torch.ops.flashattn.fwd(
+        out, lse, rng_state = (_fwd if _direct_call_ok(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
+                                 else torch.ops.flashattn.fwd)(
             q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
             window_left, window_right, softcap, alibi_slopes, dropout_p, num_splits)
         ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state)
@@ -215,7 +286,9 @@ class FlashAttnFunc(torch.autograd.Function):
         q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, rng_state = ctx.saved_tensors
         (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p,
          deterministic) = ctx.options
-        dq, dk, dv = torch.ops.flashattn.bwd(
+        tensors = (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
+        direct = _direct_call_ok(*tensors) and _no_autograd(*tensors)
+        dq, dk, dv = (_bwd if direct else torch.ops.flashattn.bwd)(
             dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
             softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
             deterministic)
@@ -225,14 +298,13 @@ class FlashAttnFunc(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------
 # flashattn::fwd_kvcache (inference: not differentiable)
 # ---------------------------------------------------------------------------------------------
-@torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
-def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
-                cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
-                block_table: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
-                softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
-                alibi_slopes: Optional[Tensor], num_splits: int, cu_seqlens_q: Optional[Tensor] = None,
-                max_seqlen_q: int = 0, q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
-                v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+def _fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
+                 cache_seqlens: Optional[Tensor], cache_batch_idx: Optional[Tensor], cache_leftpad: Optional[Tensor],
+                 block_table: Optional[Tensor], rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], rotary_interleaved: bool,
+                 softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+                 alibi_slopes: Optional[Tensor], num_splits: int, cu_seqlens_q: Optional[Tensor] = None,
+                 max_seqlen_q: int = 0, q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
+                 v_descale: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Attention over a KV cache; k_new/v_new are appended into the caches in place. With
     cu_seqlens_q, q is (total_q, heads, d) and softmax_lse (heads, total_q). float8_e4m3fn q and
     caches take float32 (batch, heads_k) descales and give a bfloat16 out."""
@@ -255,8 +327,12 @@ def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Ten
             softmax_lse=lse, softmax_scale=softmax_scale, causal=causal, window_left=window_left,
             window_right=window_right, softcap=softcap, alibi_slopes=_dl(alibi_slopes), num_splits=num_splits,
             cu_seqlens_q=_dl(cu_seqlens_q), max_seqlen_q=max_seqlen_q, q_descale=_dl(q_descale),
-            k_descale=_dl(k_descale), v_descale=_dl(v_descale), float8_views=float8_views, stream=_stream(q)))
+            k_descale=_dl(k_descale), v_descale=_dl(v_descale), float8_views=float8_views, stream=_stream(q),
+            workspace=_workspace(q)))
     return out, lse
+
+
+fwd_kvcache = torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))(_fwd_kvcache)
 
 
 @fwd_kvcache.register_fake
@@ -271,8 +347,7 @@ def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, cache_l
 # ---------------------------------------------------------------------------------------------
 # flashattn::combine
 # ---------------------------------------------------------------------------------------------
-@torch.library.custom_op("flashattn::combine", mutates_args=())
-def combine(out_partial: Tensor, lse_partial: Tensor, out_dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+def _combine(out_partial: Tensor, lse_partial: Tensor, out_dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
     """Library layout: out_partial (splits, batch, seqlen, heads, d) or (splits, total, heads, d),
     lse_partial (splits, batch, heads, seqlen) or (splits, heads, total), both float32.
     Returns (out, lse (batch, heads, seqlen) or (heads, total))."""
@@ -280,8 +355,11 @@ def combine(out_partial: Tensor, lse_partial: Tensor, out_dtype: torch.dtype) ->
     lse = torch.empty(lse_partial.shape[1:], dtype=torch.float32, device=out_partial.device)
     with _on_device(out_partial):
         raise_for_status(_ext.combine(_dl(out_partial), _dl(lse_partial), out, softmax_lse=lse,
-                                      stream=_stream(out_partial)))
+                                      stream=_stream(out_partial), workspace=_workspace(out_partial)))
     return out, lse
+
+
+combine = torch.library.custom_op("flashattn::combine", mutates_args=())(_combine)
 
 
 @combine.register_fake
@@ -313,8 +391,10 @@ def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional
     """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call,
     varlen queries over a paged k/v (block_table), and fp8 inputs (with their descales): neither has
     a backward."""
+    direct = _direct_call_ok(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, block_table, q_descale,
+                             k_descale, v_descale)
     with torch.no_grad():
-        return torch.ops.flashattn.fwd(
+        return (_fwd if direct else torch.ops.flashattn.fwd)(
             q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
             int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
             float(softcap), alibi_slopes, float(dropout_p), int(num_splits), block_table, q_descale, k_descale,
@@ -323,13 +403,22 @@ def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional
 
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) -> Tuple[Tensor, Tensor]:
     window_left, window_right = kw.pop("window_size")
-    return torch.ops.flashattn.fwd_kvcache(
-        q, k_cache, v_cache, kw["k_new"], kw["v_new"], kw["cache_seqlens"], kw["cache_batch_idx"],
-        kw["cache_leftpad"], kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
-        float(kw["softmax_scale"]), bool(kw["causal"]), int(window_left), int(window_right), float(kw["softcap"]),
-        kw["alibi_slopes"], int(kw["num_splits"]), kw["cu_seqlens_q"], int(kw["max_seqlen_q"]),
-        kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"))
+    args = (q, k_cache, v_cache, kw["k_new"], kw["v_new"], kw["cache_seqlens"], kw["cache_batch_idx"],
+            kw["cache_leftpad"], kw["block_table"], kw["rotary_cos"], kw["rotary_sin"], bool(kw["rotary_interleaved"]),
+            float(kw["softmax_scale"]), bool(kw["causal"]), int(window_left), int(window_right), float(kw["softcap"]),
+            kw["alibi_slopes"], int(kw["num_splits"]), kw["cu_seqlens_q"], int(kw["max_seqlen_q"]),
+            kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"))
+    if torch.compiler.is_compiling():
+        return torch.ops.flashattn.fwd_kvcache(*args)
+    tensors = [a for a in args if a is None or isinstance(a, Tensor)]
+    if _direct_call_ok(*tensors) and _no_autograd(*tensors):
+        result = _fwd_kvcache(*args)
+        _bump_versions(k_cache, v_cache)
+        return result
+    return torch.ops.flashattn.fwd_kvcache(*args)
 
 
 def combine_partials(out_partial: Tensor, lse_partial: Tensor, out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
-    return torch.ops.flashattn.combine(out_partial, lse_partial, out_dtype or out_partial.dtype)
+    direct = _direct_call_ok(out_partial, lse_partial) and _no_autograd(out_partial, lse_partial)
+    return (_combine if direct else torch.ops.flashattn.combine)(out_partial, lse_partial,
+                                                                  out_dtype or out_partial.dtype)

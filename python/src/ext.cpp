@@ -164,8 +164,6 @@ Backend to_backend(const std::string& name) {
 }
 
 // Runs body (which builds params and calls the library) and turns conversion errors into results.
-// The library call itself runs without the GIL: the CPU backend may take a while and runs its own
-// threads; a GPU launch needs no Python state either.
 template <typename Body>
 StatusResult run_entry(Body&& body) {
   try {
@@ -175,13 +173,76 @@ StatusResult run_entry(Body&& body) {
   }
 }
 
+// A framework's allocator for the library's GPU scratch (flashattn::WorkspaceAllocator), given
+// from Python as (alloc, release): alloc(nbytes, stream) returns a device address on the current
+// device and release(address) gives it back, both ordered on the stream, as torch's caching
+// allocator is. An exception from alloc (torch's out-of-memory error, say) fails the library call
+// and is raised to the caller after it; one from release is dropped (the memory was handed back
+// while queued work still uses it: there is nothing else to do).
+class PyWorkspace {
+ public:
+  explicit PyWorkspace(const nb::object& workspace) {
+    if (workspace.is_none()) return;
+    if (!nb::isinstance<nb::tuple>(workspace) || nb::len(workspace) != 2 || !PyCallable_Check(workspace[0].ptr()) ||
+        !PyCallable_Check(workspace[1].ptr()))
+      conversion_error("invalid_argument", "workspace", "must be a tuple (alloc, release) of callables or None",
+                       nb::cast<std::string>(nb::repr(workspace)));
+    alloc_ = workspace[0];
+    release_ = workspace[1];
+  }
+  flashattn::WorkspaceAllocator allocator() {
+    if (!alloc_.is_valid()) return {};
+    return {&PyWorkspace::allocate, &PyWorkspace::release, this};
+  }
+  // After the library call, with the GIL held: alloc's exception, if it raised one.
+  void raise_pending() {
+    if (pending_) {
+      nb::python_error error = std::move(*pending_);
+      pending_.reset();
+      throw error;
+    }
+  }
+
+ private:
+  // Taking the GIL is free here: GPU calls keep it (call_library).
+  static void* allocate(std::size_t bytes, void* stream, void* self) {
+    nb::gil_scoped_acquire gil;
+    auto* w = static_cast<PyWorkspace*>(self);
+    try {
+      const nb::object address = w->alloc_(bytes, reinterpret_cast<uintptr_t>(stream));
+      return reinterpret_cast<void*>(nb::cast<uintptr_t>(address));
+    } catch (nb::python_error& e) {
+      if (!w->pending_) w->pending_.emplace(std::move(e));
+      return nullptr;
+    } catch (const std::exception&) {  // alloc returned something that is not an address
+      return nullptr;
+    }
+  }
+  static void release(void* data, void*, void* self) {
+    nb::gil_scoped_acquire gil;
+    try {
+      static_cast<PyWorkspace*>(self)->release_(reinterpret_cast<uintptr_t>(data));
+    } catch (const std::exception&) {
+    }
+  }
+
+  nb::object alloc_, release_;
+  std::optional<nb::python_error> pending_;
+};
+
+// Calls the library. A call on host tensors runs without the GIL: the CPU backend may take a while
+// and runs its own threads. A GPU call only enqueues work and keeps the GIL, as torch's ops do: the
+// workspace allocator's Python callbacks then need no hand-over.
 template <typename Call, typename Params>
-StatusResult call_released(Call&& call, const Params& params) {
+StatusResult call_library(Call&& call, const Params& params, bool on_host, PyWorkspace* workspace = nullptr) {
   Status status;
-  {
+  if (on_host) {
     nb::gil_scoped_release release;
     status = call(params);
+  } else {
+    status = call(params);
   }
+  if (workspace != nullptr) workspace->raise_pending();
   return to_result(status);
 }
 
@@ -194,6 +255,7 @@ struct OptionArgs {
   const InArray& alibi_slopes;
   uintptr_t stream;
   const std::string& backend;
+  PyWorkspace& workspace;
 };
 
 void fill_options(const OptionArgs& o, flashattn::AttnOptions* p) {
@@ -204,6 +266,7 @@ void fill_options(const OptionArgs& o, flashattn::AttnOptions* p) {
   p->softcap = o.softcap;
   p->alibi_slopes = to_view(o.alibi_slopes, "alibi_slopes");
   p->stream = reinterpret_cast<void*>(o.stream);
+  p->workspace = o.workspace.allocator();
   p->backend = to_backend(o.backend);
 }
 
@@ -230,8 +293,9 @@ StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const Out
                  float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset, int num_splits,
                  const InArray& block_table, const InArray& q_descale, const InArray& k_descale,
                  const InArray& v_descale, const Float8Views& float8_views, uintptr_t stream,
-                 const std::string& backend) {
+                 const nb::object& workspace, const std::string& backend) {
   return run_entry([&]() -> StatusResult {
+    PyWorkspace scratch(workspace);
     flashattn::FwdParams p;
     p.q = input_view(q, "q", float8_views);
     p.k = input_view(k, "k", float8_views);
@@ -241,10 +305,11 @@ StatusResult fwd(const InArray& q, const InArray& k, const InArray& v, const Out
     p.out = to_view(out, "out");
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
     fill_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, &p);
-    fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend}, &p);
+    fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend, scratch},
+                 &p);
     fill_dropout(dropout_p, dropout_seed, dropout_offset, &p);
     p.num_splits = num_splits;
-    return call_released(flashattn::fwd, p);
+    return call_library(flashattn::fwd, p, p.q.device == DeviceType::Cpu, &scratch);
   });
 }
 
@@ -253,8 +318,10 @@ StatusResult bwd(const InArray& dout, const InArray& q, const InArray& k, const 
                  const InArray& cu_seqlens_q, const InArray& cu_seqlens_k, const InArray& seqused_k, int max_seqlen_q,
                  int max_seqlen_k, std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
                  float softcap, const InArray& alibi_slopes, float dropout_p, uint64_t dropout_seed,
-                 uint64_t dropout_offset, bool deterministic, uintptr_t stream, const std::string& backend) {
+                 uint64_t dropout_offset, bool deterministic, uintptr_t stream, const nb::object& workspace,
+                 const std::string& backend) {
   return run_entry([&]() -> StatusResult {
+    PyWorkspace scratch(workspace);
     flashattn::BwdParams p;
     p.dout = to_view(dout, "dout");
     p.q = to_view(q, "q");
@@ -266,10 +333,11 @@ StatusResult bwd(const InArray& dout, const InArray& q, const InArray& k, const 
     p.dk = to_view(dk, "dk");
     p.dv = to_view(dv, "dv");
     fill_varlen(cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, &p);
-    fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend}, &p);
+    fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend, scratch},
+                 &p);
     fill_dropout(dropout_p, dropout_seed, dropout_offset, &p);
     p.deterministic = deterministic;
-    return call_released(flashattn::bwd, p);
+    return call_library(flashattn::bwd, p, p.q.device == DeviceType::Cpu, &scratch);
   });
 }
 
@@ -284,8 +352,9 @@ StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray
                          float softcap, const InArray& alibi_slopes, int num_splits, const InArray& cu_seqlens_q,
                          int max_seqlen_q, const InArray& q_descale, const InArray& k_descale,
                          const InArray& v_descale, const Float8Views& float8_views, uintptr_t stream,
-                         const std::string& backend) {
+                         const nb::object& workspace, const std::string& backend) {
   return run_entry([&]() -> StatusResult {
+    PyWorkspace scratch(workspace);
     flashattn::KvCacheParams p;
     p.q = input_view(q, "q", float8_views);
     p.cu_seqlens_q = to_view(cu_seqlens_q, "cu_seqlens_q");
@@ -304,23 +373,27 @@ StatusResult fwd_kvcache(const InArray& q, const InArray& k_cache, const InArray
     p.rotary_sin = input_view(rotary_sin, "rotary_sin", float8_views);
     p.rotary_interleaved = rotary_interleaved;
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
-    fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend}, &p);
+    fill_options({softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, stream, backend, scratch},
+                 &p);
     p.num_splits = num_splits;
-    return call_released(flashattn::fwd_kvcache, p);
+    return call_library(flashattn::fwd_kvcache, p, p.q.device == DeviceType::Cpu, &scratch);
   });
 }
 
 StatusResult combine(const InArray& out_partial, const InArray& lse_partial, const OutArray& out,
-                     const OutArray& softmax_lse, uintptr_t stream, const std::string& backend) {
+                     const OutArray& softmax_lse, uintptr_t stream, const nb::object& workspace,
+                     const std::string& backend) {
   return run_entry([&]() -> StatusResult {
+    PyWorkspace scratch(workspace);
     flashattn::CombineParams p;
     p.out_partial = to_view(out_partial, "out_partial");
     p.lse_partial = to_view(lse_partial, "lse_partial");
     p.out = to_view(out, "out");
     p.softmax_lse = to_view(softmax_lse, "softmax_lse");
     p.stream = reinterpret_cast<void*>(stream);
+    p.workspace = scratch.allocator();
     p.backend = to_backend(backend);
-    return call_released(flashattn::combine, p);
+    return call_library(flashattn::combine, p, p.out_partial.device == DeviceType::Cpu, &scratch);
   });
 }
 
@@ -331,7 +404,7 @@ StatusResult dropout_mask(const OutArray& mask, float dropout_p, uint64_t dropou
     p.dropout_p = dropout_p;
     p.dropout_seed = dropout_seed;
     p.dropout_offset = dropout_offset;
-    return call_released(flashattn::dropout_mask, p);
+    return call_library(flashattn::dropout_mask, p, true);
   });
 }
 
@@ -370,13 +443,13 @@ NB_MODULE(_ext, m) {
         "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "alibi_slopes"_a.none() = none,
         "dropout_p"_a = 0.f, "dropout_seed"_a = 0, "dropout_offset"_a = 0, "num_splits"_a = 1,
         "block_table"_a.none() = none, "q_descale"_a.none() = none, "k_descale"_a.none() = none,
-        "v_descale"_a.none() = none, "float8_views"_a = Float8Views{}, "stream"_a = 0, "backend"_a = "auto");
+        "v_descale"_a.none() = none, "float8_views"_a = Float8Views{}, "stream"_a = 0, "workspace"_a = none, "backend"_a = "auto");
   m.def("bwd", &bwd, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "softmax_lse"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "cu_seqlens_q"_a.none() = none, "cu_seqlens_k"_a.none() = none,
         "seqused_k"_a.none() = none, "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0,
         "softmax_scale"_a.none() = none, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "dropout_p"_a = 0.f, "dropout_seed"_a = 0,
-        "dropout_offset"_a = 0, "deterministic"_a = false, "stream"_a = 0, "backend"_a = "auto");
+        "dropout_offset"_a = 0, "deterministic"_a = false, "stream"_a = 0, "workspace"_a = none, "backend"_a = "auto");
   m.def("fwd_kvcache", &fwd_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, nb::kw_only(),
         "k_new"_a.none() = none, "v_new"_a.none() = none, "cache_seqlens"_a.none() = none,
         "cache_batch_idx"_a.none() = none, "cache_leftpad"_a.none() = none, "block_table"_a.none() = none,
@@ -385,9 +458,9 @@ NB_MODULE(_ext, m) {
         "softmax_scale"_a.none() = none, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
         "softcap"_a = 0.f, "alibi_slopes"_a.none() = none, "num_splits"_a = 0, "cu_seqlens_q"_a.none() = none,
         "max_seqlen_q"_a = 0, "q_descale"_a.none() = none, "k_descale"_a.none() = none,
-        "v_descale"_a.none() = none, "float8_views"_a = Float8Views{}, "stream"_a = 0, "backend"_a = "auto");
+        "v_descale"_a.none() = none, "float8_views"_a = Float8Views{}, "stream"_a = 0, "workspace"_a = none, "backend"_a = "auto");
   m.def("combine", &combine, "out_partial"_a, "lse_partial"_a, "out"_a, nb::kw_only(),
-        "softmax_lse"_a.none() = none, "stream"_a = 0, "backend"_a = "auto");
+        "softmax_lse"_a.none() = none, "stream"_a = 0, "workspace"_a = none, "backend"_a = "auto");
   m.def("dropout_mask", &dropout_mask, "mask"_a, "dropout_p"_a, "dropout_seed"_a, "dropout_offset"_a);
   m.def("device_info", &device_info, "device"_a = 0);
   m.def("version", &flashattn::version);

@@ -318,6 +318,86 @@ def test_opcheck_custom_ops():
                           test_utils=("test_schema", "test_faketensor"))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_calls_match_the_ops(device):
+    # Eager calls on plain tensors run the ops' implementations without the dispatcher; the results
+    # must be those of the ops, bit for bit, forward and backward (deterministic: the same adds).
+    dtype = dtypes_for(device)[-1]
+    g = torch.Generator().manual_seed(21)
+    q, k, v = (make((2, 200, 4, 64), device, dtype, generator=g) for _ in range(3))
+    out = run_or_skip(flash_attn_func, q, k, v, causal=True, deterministic=True)
+    dout = torch.randn(out.shape, generator=g).to(device=device, dtype=dtype)
+    run_or_skip(out.backward, dout)
+    args = (None, None, None, 0, 0, 64 ** -0.5, True, -1, -1, 0.0, None, 0.0)
+    # num_splits 1, as flash_attn_func's default
+    op_out, op_lse, rng = torch.ops.flashattn.fwd(q.detach(), k.detach(), v.detach(), *args, 1)
+    dq, dk, dv = torch.ops.flashattn.bwd(dout, q.detach(), k.detach(), v.detach(), op_out, op_lse, *args, rng, True)
+    assert torch.equal(out, op_out)
+    for got, want in ((q.grad, dq), (k.grad, dk), (v.grad, dv)):
+        assert torch.equal(got, want)
+
+
+def test_eager_calls_skip_the_dispatcher(monkeypatch):
+    # This torch has what a direct call asks it (private functions, probed at import): eager calls
+    # on plain tensors reach the implementations without the op, forward and backward.
+    from flashattn import torch_ops
+
+    assert torch_ops._DIRECT_CALLS
+    calls = []
+    for name in ("_fwd", "_bwd"):
+        impl = getattr(torch_ops, name)
+        monkeypatch.setattr(torch_ops, name, lambda *a, _impl=impl, _name=name: calls.append(_name) or _impl(*a))
+    g = torch.Generator().manual_seed(22)
+    q, k, v = (torch.randn((1, 16, 2, 16), generator=g).requires_grad_() for _ in range(3))
+    flash_attn_func(q, k, v).sum().backward()
+    assert calls == ["_fwd", "_bwd"]
+
+
+def test_dispatch_modes_see_the_ops():
+    # Under a dispatch mode (as FlopCounterMode's or FakeTensorMode) the calls go through the ops,
+    # so the mode sees them; under the profiler too.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(22)
+    q, k, v = (torch.randn((1, 9, 2, 16), generator=g).requires_grad_() for _ in range(3))
+    with Recorder() as seen:
+        flash_attn_func(q, k, v, causal=True).sum().backward()
+        k_cache, v_cache = torch.zeros(1, 16, 2, 16), torch.zeros(1, 16, 2, 16)
+        with torch.no_grad():
+            flash_attn_with_kvcache(q[:, :1], k_cache, v_cache, cache_seqlens=torch.tensor([4], dtype=torch.int32))
+    assert any("flashattn.fwd." in op for op in seen.ops), seen.ops
+    assert any("flashattn.bwd." in op for op in seen.ops), seen.ops
+    assert any("flashattn.fwd_kvcache." in op for op in seen.ops), seen.ops
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        flash_attn_func(q.detach(), k.detach(), v.detach(), causal=True)
+    assert any(e.name == "flashattn::fwd" for e in prof.events()), sorted({e.name for e in prof.events()})
+
+
+def test_direct_kvcache_call_moves_the_cache_versions():
+    # The op marks its in-place appends (mutates_args); the direct call must too, so that autograd
+    # refuses a backward through a saved copy of the cache's old contents.
+    g = torch.Generator().manual_seed(23)
+    q = torch.randn((1, 1, 2, 16), generator=g)
+    k_cache, v_cache = torch.zeros(1, 16, 2, 16), torch.zeros(1, 16, 2, 16)
+    versions = (k_cache._version, v_cache._version)
+    with torch.no_grad():
+        flash_attn_with_kvcache(q, k_cache, v_cache, torch.randn((1, 1, 2, 16), generator=g),
+                                torch.randn((1, 1, 2, 16), generator=g),
+                                cache_seqlens=torch.tensor([4], dtype=torch.int32))
+    assert k_cache._version > versions[0] and v_cache._version > versions[1]
+
+
 def _compile_inputs(device):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     g = torch.Generator().manual_seed(14)
@@ -380,6 +460,45 @@ def test_compile_fullgraph_kvcache_and_combine(device):
 # ---------------------------------------------------------------------------------------------
 # CUDA: graph capture, a non-default stream
 # ---------------------------------------------------------------------------------------------
+@CUDA_ONLY
+def test_scratch_comes_from_torchs_allocator():
+    # The backward's fp32 dQ accumulator comes from torch's caching allocator, as in FlashAttention:
+    # torch's peak counts it, and it goes back when the call is done.
+    seqlen, heads, dim = 2048, 8, 128
+    q, k, v = (make((1, seqlen, heads, dim), "cuda", torch.bfloat16) for _ in range(3))
+    out = run_or_skip(flash_attn_func, q, k, v, causal=True)
+    dout = torch.randn_like(out)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    run_or_skip(out.backward, dout)
+    torch.cuda.synchronize()
+    grads = 3 * seqlen * heads * dim * 2  # dq, dk, dv in bf16
+    accumulator = seqlen * heads * dim * 4  # fp32 dQ
+    assert torch.cuda.max_memory_allocated() - base >= grads + accumulator
+    assert torch.cuda.memory_allocated() - base <= grads
+
+
+@CUDA_ONLY
+def test_workspace_allocator_failure_is_an_error():
+    # An allocator that raises (torch's out-of-memory error, say) gives the library no memory: the
+    # call fails before launching anything, and the allocator's exception reaches the caller.
+    from flashattn import _ext
+
+    def refuse(nbytes, stream):
+        raise MemoryError("no scratch for the test")
+
+    x = torch.randn((1, 256, 2, 64), device="cuda", dtype=torch.bfloat16)
+    lse = torch.zeros((1, 2, 256), device="cuda", dtype=torch.float32)
+    grads = [torch.empty_like(x) for _ in range(3)]
+    with pytest.raises(MemoryError, match="no scratch for the test"):
+        result = _ext.bwd(x, x, x, x, x, lse, *grads, stream=torch.cuda.current_stream().cuda_stream,
+                          workspace=(refuse, lambda address: None))
+        if result is not None and result[0] == "unsupported":
+            pytest.skip(f"library reports unsupported: {result[2]}")
+    torch.cuda.synchronize()
+
+
 @CUDA_ONLY
 def test_cuda_graph_capture():
     dtype = torch.bfloat16

@@ -43,6 +43,10 @@ def main():
         torch_ops.fwd(q.detach(), k.detach(), v.detach(), None, None, None, seqlen, seqlen, scale, True, -1, -1, 0.0,
                       None, 0.0, 0)
 
+    def implementation():  # the op's implementation without the dispatcher, where it is a function of its own
+        torch_ops._fwd(q.detach(), k.detach(), v.detach(), None, None, None, seqlen, seqlen, scale, True, -1, -1, 0.0,
+                       None, 0.0, 0)
+
     def extension():
         _ext.fwd(q.detach(), k.detach(), v.detach(), out, softmax_lse=lse, cu_seqlens_q=None, cu_seqlens_k=None,
                  seqused_k=None, max_seqlen_q=seqlen, max_seqlen_k=seqlen, softmax_scale=scale, causal=True,
@@ -51,8 +55,11 @@ def main():
                  float8_views=[], stream=stream)
 
     with torch.set_grad_enabled(rg):
-        for name, fn in (("flash_attn_func", full), ("torch_ops.fwd (custom op)", custom_op),
-                         ("_ext.fwd (extension)", extension)):
+        layers = [("flash_attn_func", full), ("torch_ops.fwd (custom op)", custom_op)]
+        if hasattr(torch_ops, "_fwd"):
+            layers.append(("torch_ops._fwd (implementation)", implementation))
+        layers.append(("_ext.fwd (extension)", extension))
+        for name, fn in layers:
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
