@@ -39,6 +39,23 @@ def dequantised(x8, descale, group=1, seq_of_row=None):
     return x * per_head[seq_of_row][:, :, None]
 
 
+def p_rounded_to_e4m3(q, k, v, causal=False):
+    """Attention in float64 with only what FA3's fp8 forward rounds: P = exp2(logits * log2(e) -
+    row max + 8) rounded to e4m3, divided by the row sum of the unrounded P. Dense (batch, seqlen,
+    heads, d) float64 inputs, k and v with heads_k heads; causal is bottom-right."""
+    group = q.shape[2] // k.shape[2]
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(group, 1), v.transpose(1, 2).repeat_interleave(group, 1)
+    logits = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        sq, sk = logits.shape[-2:]
+        visible = torch.ones((sq, sk), dtype=torch.bool).tril(sk - sq)
+        logits = logits.masked_fill(~visible, float("-inf"))
+    log2_weights = logits * np.log2(np.e)
+    p = torch.exp2(log2_weights - log2_weights.amax(-1, keepdim=True) + 8).float()
+    out = (p.to(FP8).double() @ v) / p.double().sum(-1, keepdim=True)
+    return out.transpose(1, 2)
+
+
 def assert_within_bf16(out, ref):
     """The CPU fp8 path rounds only its bfloat16 output: within one bf16 rounding of the exact
     attention over the dequantised inputs."""
@@ -334,8 +351,9 @@ needs_sm90 = pytest.mark.skipif(not HAS_SM90, reason="the fp8 kernels need an sm
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_fp8_against_bf16_attention_and_the_cpu_backend(head_dim, causal):
     """On the GPU the kernels round P to e4m3 too: against bf16 attention over the dequantised
-    inputs within FA3's bound (relative 0.025), and close to the CPU backend's fp8 result (which
-    does not round P) by the same bound."""
+    inputs, and against the CPU backend's fp8 result (which does not round P), the error is within
+    10 % of what rounding P to e4m3 costs by itself (p_rounded_to_e4m3). That cost is about FA3's
+    bound of 0.025 relative: 0.0255 at d64 on these inputs, which no kernel rounding P can meet."""
     g = torch.Generator().manual_seed(head_dim + causal)
     q, k, v = (torch.randn((2, 777, heads, head_dim), generator=g).bfloat16() for heads in (8, 2, 2))
     q8, qd = flashattn.quantize_fp8(q, heads_k=2)
@@ -348,9 +366,13 @@ def test_cuda_fp8_against_bf16_attention_and_the_cpu_backend(head_dim, causal):
     ref = fa3.flash_attn_func(*(dequantised(x, d, grp).bfloat16().cuda() for x, d, grp in ((q8, qd, 4), (k8, kd, 1),
                                                                                          (v8, vd, 1))), causal=causal)
     cpu = fa3.flash_attn_func(q8, k8, v8, **args)
+    model = p_rounded_to_e4m3(*(dequantised(x, d, grp) for x, d, grp in ((q8, qd, 4), (k8, kd, 1), (v8, vd, 1))),
+                              causal=causal).bfloat16().float()
     for what, base in (("bf16 attention", ref.float().cpu()), ("cpu fp8", cpu.float())):
         relative = ((out.float().cpu() - base).norm() / base.norm()).item()
-        assert relative < 0.025, (what, relative)
+        model_relative = ((model - base).norm() / base.norm()).item()
+        assert model_relative < 0.03, (what, model_relative)  # (the model itself is FA3's algorithm)
+        assert relative < 1.1 * model_relative, (what, relative, model_relative)
 
 
 @needs_sm90
