@@ -149,22 +149,18 @@ def _direct_call_ok(*tensors: Optional[Tensor]) -> bool:
     """True where calling an op through torch's dispatcher would only run its implementation: an
     eager call whose tensor arguments are all plain tensors, with no dispatch or function mode
     (FakeTensorMode, FlopCounterMode, a device context), no functorch transform (vmap, grad), no
-    TorchScript or compiler tracing and no profiler recording ops. There the implementation is
-    called directly: the custom op's Python dispatch layers cost more host time than the library
-    call itself (docs/PERF.md, thirty-third session), which a step that synchronises (Transformers'
-    flash-attention path at batch 1) or a small decode call pays in full. Everywhere else the op is
-    called, so tracing, export, modes and profiles see it."""
+    TorchScript or compiler tracing, no profiler recording ops, and no argument that needs an
+    autograd record (the ops have no backward of their own: called, they raise on a backward
+    through their outputs, where a direct call would give outputs silently cut from the graph).
+    There the implementation is called directly: the custom op's Python dispatch layers cost more
+    host time than the library call itself (docs/PERF.md, thirty-third session), which a step that
+    synchronises (Transformers' flash-attention path at batch 1) or a small decode call pays in
+    full. Everywhere else the op is called, so tracing, export, modes and profiles see it."""
     # is_compiling first: under torch.compile it is a constant, and nothing after it gets traced.
     return (_DIRECT_CALLS and not torch.compiler.is_compiling()
             and all(t is None or type(t) is Tensor for t in tensors) and _no_modes()
-            and not _functorch_active() and not _tracing_state() and not _profiler_enabled())
-
-
-def _no_autograd(*tensors: Optional[Tensor]) -> bool:
-    """No tensor argument needs an autograd record. Where one does, the op is called: it raises on a
-    backward through its outputs (it has no backward), where a direct call would give outputs
-    silently cut from the graph."""
-    return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)
+            and not _functorch_active() and not _tracing_state() and not _profiler_enabled()
+            and (not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)))
 
 
 def _bump_versions(*tensors: Tensor) -> None:
@@ -287,8 +283,7 @@ class FlashAttnFunc(torch.autograd.Function):
         (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, dropout_p,
          deterministic) = ctx.options
         tensors = (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes)
-        direct = _direct_call_ok(*tensors) and _no_autograd(*tensors)
-        dq, dk, dv = (_bwd if direct else torch.ops.flashattn.bwd)(
+        dq, dk, dv = (_bwd if _direct_call_ok(*tensors) else torch.ops.flashattn.bwd)(
             dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
             softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, dropout_p, rng_state,
             deterministic)
@@ -391,9 +386,9 @@ def attention_no_grad(q: Tensor, k: Tensor, v: Tensor, *, cu_seqlens_q: Optional
     """(out, softmax_lse, rng_state) outside autograd: the raw forward ring-attention libraries call,
     varlen queries over a paged k/v (block_table), and fp8 inputs (with their descales): neither has
     a backward."""
-    direct = _direct_call_ok(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, block_table, q_descale,
-                             k_descale, v_descale)
     with torch.no_grad():
+        direct = _direct_call_ok(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, alibi_slopes, block_table, q_descale,
+                                 k_descale, v_descale)
         return (_fwd if direct else torch.ops.flashattn.fwd)(
             q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k, seqused_k, int(max_seqlen_q),
             int(max_seqlen_k), float(softmax_scale), bool(causal), int(window_size[0]), int(window_size[1]),
@@ -411,7 +406,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) ->
     if torch.compiler.is_compiling():
         return torch.ops.flashattn.fwd_kvcache(*args)
     tensors = [a for a in args if a is None or isinstance(a, Tensor)]
-    if _direct_call_ok(*tensors) and _no_autograd(*tensors):
+    if _direct_call_ok(*tensors):
         result = _fwd_kvcache(*args)
         _bump_versions(k_cache, v_cache)
         return result
@@ -419,6 +414,5 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, **kw: Any) ->
 
 
 def combine_partials(out_partial: Tensor, lse_partial: Tensor, out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
-    direct = _direct_call_ok(out_partial, lse_partial) and _no_autograd(out_partial, lse_partial)
-    return (_combine if direct else torch.ops.flashattn.combine)(out_partial, lse_partial,
-                                                                  out_dtype or out_partial.dtype)
+    return (_combine if _direct_call_ok(out_partial, lse_partial) else torch.ops.flashattn.combine)(
+        out_partial, lse_partial, out_dtype or out_partial.dtype)
