@@ -93,6 +93,16 @@ class DeviceArray {
   std::size_t count_ = 0;
 };
 
+// Instantiates a captured graph, runs it once on stream, waits for it and destroys the instance
+// (the graph itself stays the caller's).
+inline void launch_graph_once(cudaGraph_t graph, cudaStream_t stream) {
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+}
+
 // Blocks for a 1-D grid-stride launch over n elements.
 inline unsigned grid_for(std::size_t n, unsigned block = 256) {
   const std::size_t blocks = (n + block - 1) / block;

@@ -148,13 +148,7 @@ gpu_test::DeviceKvCache captured(gpu_test::DeviceKvCache call, int* kernels) {
       CUDA_CHECK(cudaGraphNodeGetType(node, &type));
       *kernels += type == cudaGraphNodeTypeKernel;
     }
-    if (st.ok()) {
-      cudaGraphExec_t exec;
-      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      CUDA_CHECK(cudaGraphLaunch(exec, stream));
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CUDA_CHECK(cudaGraphExecDestroy(exec));
-    }
+    if (st.ok()) gpu_test::launch_graph_once(graph, stream);
     CUDA_CHECK(cudaGraphDestroy(graph));
     CUDA_CHECK(cudaStreamDestroy(stream));
     return st;

@@ -29,30 +29,36 @@ uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
   return value;
 }
 
-TEST(WorkspacePool, OnePoolPerDeviceForEveryStream) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+// A stream of the test's own and the library's pool for it.
+class WorkspacePoolOnStream : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_CUDA_DEVICE();
+    CUDA_CHECK(cudaStreamCreate(&stream));
+    ASSERT_TRUE(workspace_pool(stream, &pool).ok());
+    ASSERT_NE(pool, nullptr);
+  }
+  void TearDown() override {
+    if (stream != nullptr) CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+
   cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  cudaMemPool_t on_stream = nullptr, on_default_stream = nullptr;
-  ASSERT_TRUE(workspace_pool(stream, &on_stream).ok());
+  cudaMemPool_t pool = nullptr;
+};
+
+TEST_F(WorkspacePoolOnStream, OnePoolPerDeviceForEveryStream) {
+  cudaMemPool_t on_default_stream = nullptr;
   ASSERT_TRUE(workspace_pool(nullptr, &on_default_stream).ok());
-  EXPECT_NE(on_stream, nullptr);
-  EXPECT_EQ(on_stream, on_default_stream);
+  EXPECT_EQ(pool, on_default_stream);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   cudaMemPool_t default_pool = nullptr;
   CUDA_CHECK(cudaDeviceGetDefaultMemPool(&default_pool, device));
-  EXPECT_NE(on_stream, default_pool) << "the library must not allocate from (or retune) the default pool";
-  EXPECT_EQ(pool_attribute(on_stream, cudaMemPoolAttrReleaseThreshold), kWorkspacePoolKeepBytes);
-  CUDA_CHECK(cudaStreamDestroy(stream));
+  EXPECT_NE(pool, default_pool) << "the library must not allocate from (or retune) the default pool";
+  EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrReleaseThreshold), kWorkspacePoolKeepBytes);
 }
 
-TEST(WorkspacePool, KeepsWorkspacesMappedAcrossASynchronisation) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  cudaMemPool_t pool = nullptr;
-  ASSERT_TRUE(workspace_pool(stream, &pool).ok());
+TEST_F(WorkspacePoolOnStream, KeepsWorkspacesMappedAcrossASynchronisation) {
   const size_t bytes = size_t(8) << 20;  // under the threshold
   {
     StreamBuffer buffer(stream);
@@ -72,15 +78,9 @@ TEST(WorkspacePool, KeepsWorkspacesMappedAcrossASynchronisation) {
     EXPECT_EQ(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent), reserved) << "the kept memory was not reused";
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-TEST(WorkspacePool, ReleasesWhatExceedsTheThreshold) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  cudaMemPool_t pool = nullptr;
-  ASSERT_TRUE(workspace_pool(stream, &pool).ok());
+TEST_F(WorkspacePoolOnStream, ReleasesWhatExceedsTheThreshold) {
   {
     StreamBuffer large(stream);
     ASSERT_TRUE(large.allocate(4 * kWorkspacePoolKeepBytes, "test").ok());
@@ -88,7 +88,6 @@ TEST(WorkspacePool, ReleasesWhatExceedsTheThreshold) {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
   EXPECT_LE(pool_attribute(pool, cudaMemPoolAttrReservedMemCurrent), kWorkspacePoolKeepBytes);
-  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(WorkspacePool, NoPoolWhileCapturing) {
@@ -112,11 +111,7 @@ TEST(WorkspacePool, NoPoolWhileCapturing) {
   EXPECT_TRUE(allocated.ok()) << allocated.message();
   EXPECT_TRUE(freed.ok()) << freed.message();
   ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
-  cudaGraphExec_t exec = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  gpu_test::launch_graph_once(graph, stream);
   CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
