@@ -3,7 +3,11 @@ total): cProfile of flash_attn_func with the GPU kept busy, the extension call o
 CUDA runtime calls the torch profiler sees during the calls.
 
 usage (on the GPU machine, after `python3 -m pip install --no-build-isolation .`):
-  python3 tools/gpu/host_profile.py [--shape 1x16384] [--calls 200] [--backward]
+  python3 tools/gpu/host_profile.py [--shape 1x16384] [--calls 200] [--backward] [--pieces]
+
+--pieces also times the steps of one forward on their own (the stream lookup both ways, an output
+allocation, the rng state, a DLPack export, the workspace callbacks, the direct-call test, the
+interface's argument checks, the extension up to the library's first argument check).
 """
 import argparse
 import cProfile
@@ -25,6 +29,7 @@ def main():
     ap.add_argument("--shape", default="1x16384")
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--backward", action="store_true")
+    ap.add_argument("--pieces", action="store_true")
     a = ap.parse_args()
     batch, seqlen = map(int, a.shape.split("x"))
     rg = a.backward
@@ -71,6 +76,9 @@ def main():
             torch.cuda.synchronize()
             print(f"{name}: {median_host_us(fn, a.calls, 5_000_000):.1f} us median host time", flush=True)
 
+        if a.pieces:
+            time_pieces(q, k, v, out, stream, scale, seqlen, a.calls)
+
         prof = cProfile.Profile()
         for _ in range(a.calls):
             torch.cuda._sleep(5_000_000)
@@ -92,6 +100,42 @@ def main():
                 torch.cuda.synchronize()
         print("\n== torch profiler, 20 calls, by self CPU time")
         print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
+
+
+def time_pieces(q, k, v, out, stream, scale, seqlen, calls):
+    """Median host microseconds of each step of one forward, alone, with the GPU busy."""
+    from flashattn import interface
+
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    alloc, release = torch_ops._TORCH_WORKSPACE
+    lse = torch.empty(qd.shape[0], qd.shape[2], qd.shape[1], device="cuda", dtype=torch.float32)
+
+    def failing_extension():  # softcap < 0: the tensors are converted, the library refuses the call
+        _ext.fwd(qd, kd, vd, out, softmax_lse=lse, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
+                 max_seqlen_q=seqlen, max_seqlen_k=seqlen, softmax_scale=scale, causal=True, window_left=-1,
+                 window_right=-1, softcap=-1.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0,
+                 num_splits=0, block_table=None, q_descale=None, k_descale=None, v_descale=None, float8_views=[],
+                 stream=stream, workspace=None)
+
+    pieces = [
+        ("torch.cuda.current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(qd.device).cuda_stream),
+        ("torch._C._cuda_getCurrentRawStream(index)", lambda: torch._C._cuda_getCurrentRawStream(qd.device.index)),
+        ("torch.empty (the output)", lambda: torch.empty(out.shape, dtype=out.dtype, device=qd.device)),
+        ("torch.zeros(2) CPU + tolist (rng state)", lambda: torch.zeros(2, dtype=torch.int64).tolist()),
+        ("q.__dlpack__()", lambda: qd.__dlpack__()),
+        ("torch._C._to_dlpack(q)", lambda: torch._C._to_dlpack(qd)),
+        ("workspace alloc + release (4 B)", lambda: release(alloc(4, stream))),
+        ("_direct_call_ok(q, k, v, 4 x None)", lambda: torch_ops._direct_call_ok(q, k, v, None, None, None, None)),
+        ("q.detach()", lambda: q.detach()),
+        ("interface._Call (argument checks)", lambda: interface._Call(q, k, v, varlen=False, causal=True)),
+        ("_ext.fwd refused (softcap < 0)", failing_extension),
+    ]
+    print("\n== pieces of one forward, each alone", flush=True)
+    for name, fn in pieces:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        print(f"{name}: {median_host_us(fn, calls, 5_000_000):.2f} us", flush=True)
 
 
 if __name__ == "__main__":
