@@ -52,12 +52,12 @@ def main():
         torch_ops._fwd(q.detach(), k.detach(), v.detach(), None, None, None, seqlen, seqlen, scale, True, -1, -1, 0.0,
                        None, 0.0, 0)
 
-    def extension(workspace=None):
-        _ext.fwd(q.detach(), k.detach(), v.detach(), out, softmax_lse=lse, cu_seqlens_q=None, cu_seqlens_k=None,
-                 seqused_k=None, max_seqlen_q=seqlen, max_seqlen_k=seqlen, softmax_scale=scale, causal=True,
-                 window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0,
-                 dropout_offset=0, num_splits=0, block_table=None, q_descale=None, k_descale=None, v_descale=None,
-                 float8_views=[], stream=stream, workspace=workspace)
+    def extension(workspace=None, export=lambda t: t):  # export: the tensors as handed over
+        _ext.fwd(export(q.detach()), export(k.detach()), export(v.detach()), export(out), softmax_lse=export(lse),
+                 cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=seqlen, max_seqlen_k=seqlen,
+                 softmax_scale=scale, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                 dropout_p=0.0, dropout_seed=0, dropout_offset=0, num_splits=0, block_table=None, q_descale=None,
+                 k_descale=None, v_descale=None, float8_views=[], stream=stream, workspace=workspace)
 
     def outputs_and_stream():  # what the implementation does around the extension call, without it
         torch.empty_like(out), torch.empty_like(lse), torch_ops._stream(q)
@@ -69,6 +69,7 @@ def main():
         layers.append(("_ext.fwd (extension)", extension))
         if hasattr(torch_ops, "_workspace"):  # the scratch from torch's allocator, as the implementation
             layers.append(("_ext.fwd, torch's workspace", lambda: extension(torch_ops._workspace(q))))
+        layers.append(("_ext.fwd, DLPack capsules", lambda: extension(export=torch.utils.dlpack.to_dlpack)))
         layers.append(("two outputs and the stream", outputs_and_stream))
         for name, fn in layers:
             for _ in range(3):
