@@ -52,10 +52,10 @@ def main():
         torch_ops._fwd(q.detach(), k.detach(), v.detach(), None, None, None, seqlen, seqlen, scale, True, -1, -1, 0.0,
                        None, 0.0, 0)
 
-    def extension(workspace=None, export=lambda t: t):  # export: the tensors as handed over
+    def extension(workspace=None, export=lambda t: t, softcap=0.0):  # export: the tensors as handed over
         _ext.fwd(export(q.detach()), export(k.detach()), export(v.detach()), export(out), softmax_lse=export(lse),
                  cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None, max_seqlen_q=seqlen, max_seqlen_k=seqlen,
-                 softmax_scale=scale, causal=True, window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None,
+                 softmax_scale=scale, causal=True, window_left=-1, window_right=-1, softcap=softcap, alibi_slopes=None,
                  dropout_p=0.0, dropout_seed=0, dropout_offset=0, num_splits=0, block_table=None, q_descale=None,
                  k_descale=None, v_descale=None, float8_views=[], stream=stream, workspace=workspace)
 
@@ -72,13 +72,11 @@ def main():
         layers.append(("_ext.fwd, DLPack capsules", lambda: extension(export=torch.utils.dlpack.to_dlpack)))
         layers.append(("two outputs and the stream", outputs_and_stream))
         for name, fn in layers:
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            print(f"{name}: {median_host_us(fn, a.calls, 5_000_000):.1f} us median host time", flush=True)
+            print_host_time(name, fn, a.calls)
 
         if a.pieces:
-            time_pieces(q, k, v, out, stream, scale, seqlen, a.calls)
+            # softcap < 0: the tensors are converted, and the library refuses the call at its checks
+            time_pieces(q, k, v, out, stream, lambda: extension(softcap=-1.0), a.calls)
 
         prof = cProfile.Profile()
         for _ in range(a.calls):
@@ -103,20 +101,12 @@ def main():
         print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
 
 
-def time_pieces(q, k, v, out, stream, scale, seqlen, calls):
+def time_pieces(q, k, v, out, stream, refused_extension, calls):
     """Median host microseconds of each step of one forward, alone, with the GPU busy."""
     from flashattn import interface
 
-    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    qd = q.detach()
     alloc, release = torch_ops._TORCH_WORKSPACE
-    lse = torch.empty(qd.shape[0], qd.shape[2], qd.shape[1], device="cuda", dtype=torch.float32)
-
-    def failing_extension():  # softcap < 0: the tensors are converted, the library refuses the call
-        _ext.fwd(qd, kd, vd, out, softmax_lse=lse, cu_seqlens_q=None, cu_seqlens_k=None, seqused_k=None,
-                 max_seqlen_q=seqlen, max_seqlen_k=seqlen, softmax_scale=scale, causal=True, window_left=-1,
-                 window_right=-1, softcap=-1.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0,
-                 num_splits=0, block_table=None, q_descale=None, k_descale=None, v_descale=None, float8_views=[],
-                 stream=stream, workspace=None)
 
     pieces = [
         ("torch.cuda.current_stream(dev).cuda_stream", lambda: torch.cuda.current_stream(qd.device).cuda_stream),
@@ -124,19 +114,24 @@ def time_pieces(q, k, v, out, stream, scale, seqlen, calls):
         ("torch.empty (the output)", lambda: torch.empty(out.shape, dtype=out.dtype, device=qd.device)),
         ("torch.zeros(2) CPU + tolist (rng state)", lambda: torch.zeros(2, dtype=torch.int64).tolist()),
         ("q.__dlpack__()", lambda: qd.__dlpack__()),
-        ("torch._C._to_dlpack(q)", lambda: torch._C._to_dlpack(qd)),
+        ("torch.utils.dlpack.to_dlpack(q)", lambda: torch.utils.dlpack.to_dlpack(qd)),
         ("workspace alloc + release (4 B)", lambda: release(alloc(4, stream))),
         ("_direct_call_ok(q, k, v, 4 x None)", lambda: torch_ops._direct_call_ok(q, k, v, None, None, None, None)),
         ("q.detach()", lambda: q.detach()),
         ("interface._Call (argument checks)", lambda: interface._Call(q, k, v, varlen=False, causal=True)),
-        ("_ext.fwd refused (softcap < 0)", failing_extension),
+        ("_ext.fwd refused (softcap < 0)", refused_extension),
     ]
     print("\n== pieces of one forward, each alone", flush=True)
     for name, fn in pieces:
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        print(f"{name}: {median_host_us(fn, calls, 5_000_000):.2f} us", flush=True)
+        print_host_time(name, fn, calls)
+
+
+def print_host_time(name, fn, calls):
+    """Prints fn's median host time over calls calls with the GPU busy, after a warm-up."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    print(f"{name}: {median_host_us(fn, calls, 5_000_000):.2f} us median host time", flush=True)
 
 
 if __name__ == "__main__":
