@@ -2,7 +2,8 @@
 # Host time of two versions of the Python package in one GPU call: this tree's and REF's (its
 # python/flashattn, run with the extension this tree builds; the extension's C++ is shared, so
 # only Python changes are compared).
-#   here:        tools/gpu/python_ab.sh prepare REF     (writes build/python-ab/REF-name, git-ignored)
+#   here:        tools/gpu/python_ab.sh prepare REF     (writes build/python-ab/python/flashattn and
+#                build/python-ab/REF, git-ignored)
 #   on the GPU:  tools/gpu/python_ab.sh run LOGDIR      (carry build/python-ab; installs the package
 #                unless it is installed from this tree already)
 # LOGDIR gets host_profile_{tree,ref}.txt (tools/gpu/host_profile.py --pieces) and
@@ -24,14 +25,16 @@ case "${1:-}" in
     [[ -d "$ab_dir/python/flashattn" ]] || fa_die "run 'tools/gpu/python_ab.sh prepare REF' first and carry build/python-ab"
     fa_setup_path
     python="${FA_PYTHON:-python3}"
-    site="$(cd /tmp && "$python" -c 'import flashattn, os; print(os.path.dirname(flashattn.__file__))' 2>/dev/null)"
+    # The installed package's folder (from /tmp, so that this tree's python/ is not imported).
+    installed() { (cd /tmp && "$python" -c 'import flashattn, os; print(os.path.dirname(flashattn.__file__))' 2>/dev/null); }
+    site="$(installed)"
     if [[ -z "$site" ]]; then
       fa_install_python "$logdir/install.log" || fa_die "install failed (see $logdir/install.log)"
-      site="$(cd /tmp && "$python" -c 'import flashattn, os; print(os.path.dirname(flashattn.__file__))')"
+      site="$(installed)"
     fi
     cp "$site"/_ext*.so "$ab_dir/python/flashattn/" || fa_die "no extension in $site"
-    cd "$FA_ROOT/tools/gpu"
-    for round in $(seq "${AB_ROUNDS:-1}"); do
+    cd "$FA_ROOT/tools/gpu" || fa_die "no tools/gpu in $FA_ROOT"
+    for _ in $(seq "${AB_ROUNDS:-1}"); do
       for v in tree ref; do
         path=""; [[ $v == ref ]] && path="$ab_dir/python"
         PYTHONPATH="$path" timeout 90 "$python" host_profile.py --calls 100 --pieces >>"$logdir/host_profile_$v.txt" 2>&1
